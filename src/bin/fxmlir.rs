@@ -1,0 +1,248 @@
+//! `fxmlir`: import, compile and run interchange graph files (`*.fx.json`).
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use fxmlir::graph::{DType, Graph, TensorMeta};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "fxmlir", version, about = "Compile PyTorch FX graphs through MLIR and LLVM")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the MLIR (linalg on tensors) of a graph file.
+    Import { file: PathBuf },
+    /// Compile a graph file and print per-stage timings.
+    Compile {
+        file: PathBuf,
+        #[command(flatten)]
+        options: CompileArgs,
+    },
+    /// Compile a graph file and run it on random inputs.
+    Run {
+        file: PathBuf,
+        #[command(flatten)]
+        options: CompileArgs,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Number of timed calls after the first.
+        #[arg(long, default_value_t = 0)]
+        repeat: usize,
+    },
+    /// List the ATen overloads with a registered lowering.
+    Ops,
+}
+
+#[derive(clap::Args)]
+struct CompileArgs {
+    /// Named pipeline (see `fxmlir-opt --list-pipelines`).
+    #[arg(long, default_value = "default")]
+    pipeline: String,
+    /// Write the interchange file, every stage's MLIR and the LLVM IR here.
+    #[arg(long, env = "FXMLIR_DUMP_DIR")]
+    dump_dir: Option<PathBuf>,
+}
+
+impl CompileArgs {
+    fn options(&self) -> fxmlir::Options {
+        fxmlir::Options {
+            pipeline: self.pipeline.clone(),
+            dump_dir: self.dump_dir.clone(),
+        }
+    }
+}
+
+fn load(file: &PathBuf) -> Result<(Graph, String)> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let graph = Graph::from_json(&text).with_context(|| format!("in {}", file.display()))?;
+    Ok((graph, text))
+}
+
+fn main() -> std::process::ExitCode {
+    fxmlir::logging::init();
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fxmlir: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Import { file } => {
+            let (graph, _) = load(&file)?;
+            let context = fxmlir::context::new_context();
+            let module = fxmlir::lower::lower_graph(&context, &graph)?;
+            fxmlir::pipeline::verify(&context, &module, &graph.name)?;
+            print!("{}", fxmlir::pipeline::print_module(&module));
+        }
+        Command::Compile { file, options } => {
+            let (graph, text) = load(&file)?;
+            let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
+            print_timings(&compiled);
+        }
+        Command::Run { file, options, seed, repeat } => {
+            let (graph, text) = load(&file)?;
+            let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
+            print_timings(&compiled);
+            run_random(&compiled, seed, repeat)?;
+        }
+        Command::Ops => {
+            for (op, family) in fxmlir::supported_ops()? {
+                println!("{op}\t{family}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_timings(compiled: &fxmlir::CompiledGraph) {
+    println!("graph {}", compiled.name);
+    for (stage, t) in &compiled.timings {
+        println!("  {stage:<12} {:>9.3} ms", t.as_secs_f64() * 1e3);
+    }
+    for path in &compiled.dumped {
+        println!("  dump {}", path.display());
+    }
+}
+
+/// A 64-bit-aligned buffer big enough for `meta`'s strided extent.
+struct Buffer {
+    words: Vec<u64>,
+    meta: TensorMeta,
+}
+
+impl Buffer {
+    fn new(meta: &TensorMeta) -> Self {
+        let extent: i64 = if meta.shape.contains(&0) {
+            0
+        } else {
+            1 + meta.shape.iter().zip(&meta.strides).map(|(d, s)| (d - 1) * s).sum::<i64>()
+        };
+        let bytes = extent as usize * meta.dtype.byte_size();
+        Buffer {
+            words: vec![0; bytes.div_ceil(8).max(1)],
+            meta: meta.clone(),
+        }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: a u64 buffer viewed as bytes; length in bytes is 8× the word count.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.words.len() * 8) }
+    }
+
+    fn element(&self, i: usize) -> f64 {
+        // SAFETY: reads within the buffer; `i` is below the element count by construction.
+        let b: &[u8] = unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) };
+        let n = self.meta.dtype.byte_size();
+        let raw = &b[i * n..(i + 1) * n];
+        match self.meta.dtype {
+            DType::Float32 => f32::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
+            DType::Float64 => f64::from_le_bytes(raw.try_into().unwrap_or_default()),
+            DType::Float16 => half_to_f64(u16::from_le_bytes(raw.try_into().unwrap_or_default()), false),
+            DType::Bfloat16 => half_to_f64(u16::from_le_bytes(raw.try_into().unwrap_or_default()), true),
+            DType::Int64 => i64::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
+            DType::Int32 => i32::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
+            DType::Int16 => i16::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
+            DType::Int8 => raw[0] as i8 as f64,
+            DType::Uint8 | DType::Bool => raw[0] as f64,
+        }
+    }
+}
+
+fn half_to_f64(bits: u16, bfloat: bool) -> f64 {
+    if bfloat {
+        return f32::from_bits((bits as u32) << 16) as f64;
+    }
+    let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+    let exp = ((bits >> 10) & 0x1f) as i32;
+    let frac = (bits & 0x3ff) as f64;
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+/// Fills a buffer with values in [-1, 1) (floats) or small integers, from a xorshift stream.
+fn fill_random(buffer: &mut Buffer, state: &mut u64) {
+    let dtype = buffer.meta.dtype;
+    let n = dtype.byte_size();
+    let bytes = buffer.bytes();
+    for chunk in bytes.chunks_exact_mut(n) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let unit = (*state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let small = ((*state >> 33) % 7) as i64 - 3;
+        match dtype {
+            DType::Float32 => chunk.copy_from_slice(&(unit as f32).to_le_bytes()),
+            DType::Float64 => chunk.copy_from_slice(&unit.to_le_bytes()),
+            DType::Bfloat16 => chunk.copy_from_slice(&(((unit as f32).to_bits() >> 16) as u16).to_le_bytes()),
+            // 0x3C00 is 1.0 in f16; a random mantissa keeps values in [1, 2).
+            DType::Float16 => chunk.copy_from_slice(&(0x3C00u16 | ((*state >> 20) as u16 & 0x3ff)).to_le_bytes()),
+            DType::Int64 => chunk.copy_from_slice(&small.to_le_bytes()),
+            DType::Int32 => chunk.copy_from_slice(&(small as i32).to_le_bytes()),
+            DType::Int16 => chunk.copy_from_slice(&(small as i16).to_le_bytes()),
+            DType::Int8 => chunk[0] = small as i8 as u8,
+            DType::Uint8 => chunk[0] = small.unsigned_abs() as u8,
+            DType::Bool => chunk[0] = (small > 0) as u8,
+        }
+    }
+}
+
+fn run_random(compiled: &fxmlir::CompiledGraph, seed: u64, repeat: usize) -> Result<()> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut buffers: Vec<Buffer> = compiled.inputs.iter().map(Buffer::new).collect();
+    for b in &mut buffers {
+        fill_random(b, &mut state);
+    }
+    buffers.extend(compiled.outputs.iter().map(Buffer::new));
+    let pointers: Vec<usize> = buffers.iter_mut().map(|b| b.words.as_mut_ptr() as usize).collect();
+    if pointers.len() != compiled.inputs.len() + compiled.outputs.len() {
+        bail!("internal: buffer count mismatch");
+    }
+    let start = Instant::now();
+    // SAFETY: every buffer was sized from the compiled graph's own metadata.
+    unsafe { compiled.call(&pointers)? };
+    let first = start.elapsed();
+    let start = Instant::now();
+    for _ in 0..repeat {
+        // SAFETY: as above.
+        unsafe { compiled.call(&pointers)? };
+    }
+    println!("first call {:.3} ms", first.as_secs_f64() * 1e3);
+    if repeat > 0 {
+        println!("mean of {repeat} calls {:.3} ms", start.elapsed().as_secs_f64() * 1e3 / repeat as f64);
+    }
+    for (i, b) in buffers[compiled.inputs.len()..].iter().enumerate() {
+        let count = b.meta.numel() as usize;
+        let contiguous = b.meta.is_contiguous();
+        let (mut sum, mut shown) = (0.0, Vec::new());
+        if contiguous {
+            for j in 0..count {
+                let v = b.element(j);
+                sum += v;
+                if j < 4 {
+                    shown.push(format!("{v:.6}"));
+                }
+            }
+        }
+        println!(
+            "output {i}: {} {:?} first [{}] sum {sum:.6}",
+            b.meta.dtype.name(),
+            b.meta.shape,
+            shown.join(", ")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! The library's error type. Every fallible path returns [`Error`]; nothing panics on user input.
+
+use std::fmt;
+
+/// Where in the user's program a graph node came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSite {
+    /// FX node name, e.g. `mm_3`.
+    pub node: String,
+    /// ATen overload, e.g. `aten.mm.default`.
+    pub op: String,
+    /// `file:line` from the node's stack trace, when known.
+    pub source: Option<String>,
+}
+
+impl fmt::Display for NodeSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node `{}` ({})", self.node, self.op)?;
+        if let Some(source) = &self.source {
+            write!(f, " at {source}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("malformed graph: {0}")]
+    Json(#[from] serde_json::Error),
+
+    #[error("invalid graph: {0}")]
+    InvalidGraph(String),
+
+    #[error("unsupported op {}: no lowering is registered for `{}`", .0, .0.op)]
+    UnsupportedOp(NodeSite),
+
+    #[error("cannot lower {site}: {message}")]
+    Lowering { site: NodeSite, message: String },
+
+    #[error("MLIR verification failed for graph `{graph}`:\n{diagnostics}")]
+    Verification { graph: String, diagnostics: String },
+
+    #[error("pipeline stage `{stage}` failed:\n{diagnostics}{reproducer}")]
+    Pipeline {
+        stage: String,
+        diagnostics: String,
+        reproducer: String,
+    },
+
+    #[error("invalid pass pipeline `{pipeline}`: {message}")]
+    PassPipeline { pipeline: String, message: String },
+
+    #[error("LLVM: {0}")]
+    Llvm(String),
+
+    #[error("call error: {0}")]
+    Call(String),
+
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

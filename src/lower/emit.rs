@@ -1,0 +1,564 @@
+//! IR construction helpers shared by every lowering: scalar arithmetic inside region bodies,
+//! dtype conversion with PyTorch's semantics, and the tensor-level structured ops
+//! (`tensor.empty`, `linalg.fill`, `linalg.generic`, slices and reshapes).
+
+use crate::error::{Error, NodeSite, Result};
+use crate::graph::DType;
+use melior::{
+    Context,
+    ir::{
+        Attribute, Block, BlockLike, Identifier, Location, Operation, OperationRef, Region,
+        RegionLike, Type, Value, ValueLike,
+        operation::{OperationBuilder, OperationLike},
+        r#type::TypeLike,
+    },
+};
+
+/// A failure inside a lowering; the driver fills in the node it happened on.
+pub fn fail<T>(message: impl Into<String>) -> Result<T> {
+    Err(Error::Lowering {
+        site: NodeSite::default(),
+        message: message.into(),
+    })
+}
+
+/// A Python scalar operand, or a literal a lowering needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+
+    pub fn kind(self) -> crate::graph::ScalarKind {
+        match self {
+            Scalar::Bool(_) => crate::graph::ScalarKind::Bool,
+            Scalar::Int(_) => crate::graph::ScalarKind::Int,
+            Scalar::Float(_) => crate::graph::ScalarKind::Float,
+        }
+    }
+}
+
+/// `tensor<2x3xf32>`-style type text.
+pub fn tensor_type_text(shape: &[i64], dtype: DType) -> String {
+    let mut text = String::from("tensor<");
+    for d in shape {
+        text.push_str(&format!("{d}x"));
+    }
+    text.push_str(dtype.mlir());
+    text.push('>');
+    text
+}
+
+/// `memref<…>` with a strided layout unless the strides are the row-major ones.
+pub fn memref_type_text(shape: &[i64], strides: &[i64], dtype: DType) -> String {
+    let dims: String = shape.iter().map(|d| format!("{d}x")).collect();
+    let contiguous = crate::graph::contiguous_strides(shape);
+    if strides == contiguous.as_slice() {
+        format!("memref<{dims}{}>", dtype.mlir())
+    } else {
+        let strides: Vec<String> = strides.iter().map(|s| s.to_string()).collect();
+        format!(
+            "memref<{dims}{}, strided<[{}]>>",
+            dtype.mlir(),
+            strides.join(", ")
+        )
+    }
+}
+
+/// An affine map over `rank` loop dimensions; `None` entries are the constant 0 (a broadcast).
+pub fn affine_map(rank: usize, results: &[Option<usize>]) -> String {
+    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
+    let results: Vec<String> = results
+        .iter()
+        .map(|r| r.map_or("0".to_string(), |d| format!("d{d}")))
+        .collect();
+    format!(
+        "affine_map<({}) -> ({})>",
+        dims.join(", "),
+        results.join(", ")
+    )
+}
+
+pub fn identity_map(rank: usize) -> String {
+    affine_map(rank, &(0..rank).map(Some).collect::<Vec<_>>())
+}
+
+/// The map reading an operand of `shape` broadcast (numpy rules) to `out_shape`.
+pub fn broadcast_map(shape: &[i64], out_shape: &[i64]) -> String {
+    let lead = out_shape.len() - shape.len();
+    let results: Vec<Option<usize>> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (d != 1 || out_shape[lead + i] == 1).then_some(lead + i))
+        .collect();
+    affine_map(out_shape.len(), &results)
+}
+
+/// numpy-style broadcast of shapes, or an error naming them.
+pub fn broadcast_shapes(shapes: &[&[i64]]) -> Result<Vec<i64>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1i64; rank];
+    for shape in shapes {
+        let lead = rank - shape.len();
+        for (i, &d) in shape.iter().enumerate() {
+            let o = &mut out[lead + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return fail(format!("shapes {shapes:?} do not broadcast"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Iter {
+    Parallel,
+    Reduction,
+}
+
+/// Appends operations to one block at one location.
+#[derive(Clone, Copy)]
+pub struct Emit<'c, 'a> {
+    pub context: &'c Context,
+    pub block: &'a Block<'c>,
+    pub loc: Location<'c>,
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::Lowering {
+        site: NodeSite::default(),
+        message: format!("internal IR construction error: {e}"),
+    }
+}
+
+impl<'c, 'a> Emit<'c, 'a> {
+    pub fn ty(&self, text: &str) -> Result<Type<'c>> {
+        Type::parse(self.context, text).ok_or_else(|| internal(format!("bad type `{text}`")))
+    }
+
+    pub fn attr(&self, text: &str) -> Result<Attribute<'c>> {
+        Attribute::parse(self.context, text)
+            .ok_or_else(|| internal(format!("bad attribute `{text}`")))
+    }
+
+    pub fn elem_type(&self, dtype: DType) -> Result<Type<'c>> {
+        self.ty(dtype.mlir())
+    }
+
+    pub fn tensor_type(&self, shape: &[i64], dtype: DType) -> Result<Type<'c>> {
+        self.ty(&tensor_type_text(shape, dtype))
+    }
+
+    /// Builds and appends an operation from its generic form.
+    pub fn op(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        results: &[Type<'c>],
+        attributes: &[(&str, Attribute<'c>)],
+    ) -> Result<OperationRef<'c, 'a>> {
+        let op = self.build(name, operands, results, attributes, vec![])?;
+        Ok(self.block.append_operation(op))
+    }
+
+    fn build(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        results: &[Type<'c>],
+        attributes: &[(&str, Attribute<'c>)],
+        regions: Vec<Region<'c>>,
+    ) -> Result<Operation<'c>> {
+        let attributes: Vec<(Identifier<'c>, Attribute<'c>)> = attributes
+            .iter()
+            .map(|(k, v)| (Identifier::new(self.context, k), *v))
+            .collect();
+        OperationBuilder::new(name, self.loc)
+            .add_operands(operands)
+            .add_results(results)
+            .add_attributes(&attributes)
+            .add_regions_vec(regions)
+            .build()
+            .map_err(|e| internal(format!("{name}: {e}")))
+    }
+
+    /// A single-result operation.
+    pub fn op1(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        result: Type<'c>,
+        attributes: &[(&str, Attribute<'c>)],
+    ) -> Result<Value<'c, 'a>> {
+        let op = self.op(name, operands, &[result], attributes)?;
+        Ok(op.result(0).map_err(internal)?.into())
+    }
+
+    // ---- scalars -------------------------------------------------------------------------
+
+    pub fn constant(&self, value: Scalar, dtype: DType) -> Result<Value<'c, 'a>> {
+        let ty = dtype.mlir();
+        let text = if dtype.is_float() {
+            let v = value.as_f64();
+            if v.is_nan() {
+                // The canonical quiet NaN of each width.
+                let bits = match dtype {
+                    DType::Float16 => "0x7E00",
+                    DType::Bfloat16 => "0x7FC0",
+                    DType::Float32 => "0x7FC00000",
+                    _ => "0x7FF8000000000000",
+                };
+                format!("{bits} : {ty}")
+            } else if v.is_infinite() {
+                let bits = match (dtype, v > 0.0) {
+                    (DType::Float16, true) => "0x7C00",
+                    (DType::Float16, false) => "0xFC00",
+                    (DType::Bfloat16, true) => "0x7F80",
+                    (DType::Bfloat16, false) => "0xFF80",
+                    (DType::Float32, true) => "0x7F800000",
+                    (DType::Float32, false) => "0xFF800000",
+                    (_, true) => "0x7FF0000000000000",
+                    (_, false) => "0xFFF0000000000000",
+                };
+                format!("{bits} : {ty}")
+            } else {
+                format!("{v:.17e} : {ty}")
+            }
+        } else if dtype.is_bool() {
+            let truth = match value {
+                Scalar::Bool(b) => b,
+                other => other.as_f64() != 0.0,
+            };
+            format!("{truth}")
+        } else {
+            let v = match value {
+                Scalar::Bool(b) => b as i64,
+                Scalar::Int(i) => i,
+                // Float -> int truncates toward zero, as a C cast does.
+                Scalar::Float(f) => f as i64,
+            };
+            format!("{v} : {ty}")
+        };
+        let attr = self.attr(&text)?;
+        self.op1("arith.constant", &[], self.elem_type(dtype)?, &[("value", attr)])
+    }
+
+    pub fn index(&self, value: i64) -> Result<Value<'c, 'a>> {
+        let attr = self.attr(&format!("{value} : index"))?;
+        self.op1("arith.constant", &[], self.ty("index")?, &[("value", attr)])
+    }
+
+    /// A same-typed unary or binary op (`arith.addf`, `math.tanh`, …).
+    pub fn same(&self, name: &str, operands: &[Value<'c, 'a>]) -> Result<Value<'c, 'a>> {
+        let ty = operands[0].r#type();
+        self.op1(name, operands, ty, &[])
+    }
+
+    pub fn cmpf(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let p = self.attr(&format!("#arith<cmpf {predicate}>"))?;
+        self.op1("arith.cmpf", &[a, b], self.ty("i1")?, &[("predicate", p)])
+    }
+
+    pub fn cmpi(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let p = self.attr(&format!("#arith<cmpi {predicate}>"))?;
+        self.op1("arith.cmpi", &[a, b], self.ty("i1")?, &[("predicate", p)])
+    }
+
+    /// A comparison in `dtype`'s domain: `pred` is one of eq, ne, lt, le, gt, ge.
+    /// Floats compare ordered (false on NaN) except `ne`, which is true on NaN, as in PyTorch.
+    pub fn compare(
+        &self,
+        pred: &str,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        if dtype.is_float() {
+            let p = match pred {
+                "ne" => "une".to_string(),
+                other => format!("o{other}"),
+            };
+            self.cmpf(&p, a, b)
+        } else {
+            let p = match pred {
+                "eq" | "ne" => pred.to_string(),
+                other if dtype.is_unsigned() => format!("u{other}"),
+                other => format!("s{other}"),
+            };
+            self.cmpi(&p, a, b)
+        }
+    }
+
+    pub fn select(&self, c: Value<'c, 'a>, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        self.op1("arith.select", &[c, a, b], a.r#type(), &[])
+    }
+
+    /// Converts a scalar between dtypes with PyTorch's cast semantics: float to int truncates,
+    /// anything to bool tests `!= 0`, unsigned and bool sources zero-extend.
+    pub fn convert(&self, v: Value<'c, 'a>, from: DType, to: DType) -> Result<Value<'c, 'a>> {
+        if from == to || (from.mlir() == to.mlir() && from.is_bool() == to.is_bool()) {
+            return Ok(v);
+        }
+        let target = self.elem_type(to)?;
+        if to.is_bool() {
+            let zero = self.constant(Scalar::Int(0), from)?;
+            return self.compare("ne", v, zero, from);
+        }
+        match (from.is_float(), to.is_float()) {
+            (true, true) => {
+                if from.bits() < to.bits() {
+                    self.op1("arith.extf", &[v], target, &[])
+                } else if from.bits() > to.bits() {
+                    self.op1("arith.truncf", &[v], target, &[])
+                } else {
+                    // f16 <-> bf16 goes through f32.
+                    let wide = self.convert(v, from, DType::Float32)?;
+                    self.convert(wide, DType::Float32, to)
+                }
+            }
+            (false, true) => {
+                let name = if from.is_unsigned() { "arith.uitofp" } else { "arith.sitofp" };
+                self.op1(name, &[v], target, &[])
+            }
+            (true, false) => {
+                let name = if to.is_unsigned() { "arith.fptoui" } else { "arith.fptosi" };
+                self.op1(name, &[v], target, &[])
+            }
+            (false, false) => {
+                if from.bits() < to.bits() {
+                    let name = if from.is_unsigned() { "arith.extui" } else { "arith.extsi" };
+                    self.op1(name, &[v], target, &[])
+                } else if from.bits() > to.bits() {
+                    self.op1("arith.trunci", &[v], target, &[])
+                } else {
+                    Ok(v)
+                }
+            }
+        }
+    }
+
+    // ---- tensors -------------------------------------------------------------------------
+
+    pub fn empty(&self, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
+        self.op1("tensor.empty", &[], self.tensor_type(shape, dtype)?, &[])
+    }
+
+    /// `linalg.fill` of a fresh tensor with `value` (a scalar of `dtype`).
+    pub fn fill(&self, shape: &[i64], dtype: DType, value: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let init = self.empty(shape, dtype)?;
+        self.named_linalg("linalg.fill", &[value], init)
+    }
+
+    pub fn splat(&self, shape: &[i64], dtype: DType, value: Scalar) -> Result<Value<'c, 'a>> {
+        let v = self.constant(value, dtype)?;
+        self.fill(shape, dtype, v)
+    }
+
+    /// A linalg named op (fill, matmul, batch_matmul) with its implicit body filled in.
+    pub fn named_linalg(
+        &self,
+        name: &str,
+        inputs: &[Value<'c, 'a>],
+        init: Value<'c, 'a>,
+    ) -> Result<Value<'c, 'a>> {
+        let mut operands = inputs.to_vec();
+        operands.push(init);
+        let segments = self.attr(&format!("array<i32: {}, 1>", inputs.len()))?;
+        let op = self.build(
+            name,
+            &operands,
+            &[init.r#type()],
+            &[("operandSegmentSizes", segments)],
+            vec![Region::new()],
+        )?;
+        // SAFETY: `op` is a freshly built linalg named op with one empty region, which is what
+        // the C API expects; it fills the region with the op's canonical body.
+        unsafe { mlir_sys::mlirLinalgFillBuiltinNamedOpRegion(op.to_raw()) };
+        let op = self.block.append_operation(op);
+        Ok(op.result(0).map_err(internal)?.into())
+    }
+
+    /// `linalg.generic`. `inputs`/`outputs` pair each operand with its indexing map; `body`
+    /// receives the block arguments (inputs then outputs) and returns the values to yield.
+    pub fn generic<F>(
+        &self,
+        inputs: &[(Value<'c, 'a>, String)],
+        outputs: &[(Value<'c, 'a>, String)],
+        iterators: &[Iter],
+        body: F,
+    ) -> Result<Vec<Value<'c, 'a>>>
+    where
+        F: for<'b> FnOnce(&Emit<'c, 'b>, &[Value<'c, 'b>]) -> Result<Vec<Value<'c, 'b>>>,
+    {
+        let mut arg_types = Vec::new();
+        for (v, _) in inputs.iter().chain(outputs) {
+            let ty = v.r#type();
+            let elem = element_type_of(ty).ok_or_else(|| internal("generic operand is not a shaped type"))?;
+            arg_types.push((elem, self.loc));
+        }
+        let block = Block::new(&arg_types);
+        {
+            let inner = Emit {
+                context: self.context,
+                block: &block,
+                loc: self.loc,
+            };
+            let args: Vec<Value<'c, '_>> = (0..arg_types.len())
+                .map(|i| block.argument(i).map(Into::into).map_err(internal))
+                .collect::<Result<_>>()?;
+            let yielded = body(&inner, &args)?;
+            let y = inner.build("linalg.yield", &yielded, &[], &[], vec![])?;
+            block.append_operation(y);
+        }
+        let region = Region::new();
+        region.append_block(block);
+        let maps: Vec<&str> = inputs.iter().chain(outputs).map(|(_, m)| m.as_str()).collect();
+        let maps = self.attr(&format!("[{}]", maps.join(", ")))?;
+        let iters: Vec<&str> = iterators
+            .iter()
+            .map(|i| match i {
+                Iter::Parallel => "#linalg.iterator_type<parallel>",
+                Iter::Reduction => "#linalg.iterator_type<reduction>",
+            })
+            .collect();
+        let iters = self.attr(&format!("[{}]", iters.join(", ")))?;
+        let segments = self.attr(&format!("array<i32: {}, {}>", inputs.len(), outputs.len()))?;
+        let operands: Vec<Value<'c, 'a>> = inputs.iter().chain(outputs).map(|(v, _)| *v).collect();
+        let results: Vec<Type<'c>> = outputs.iter().map(|(v, _)| v.r#type()).collect();
+        let op = self.build(
+            "linalg.generic",
+            &operands,
+            &results,
+            &[
+                ("indexing_maps", maps),
+                ("iterator_types", iters),
+                ("operandSegmentSizes", segments),
+            ],
+            vec![region],
+        )?;
+        let op = self.block.append_operation(op);
+        (0..outputs.len())
+            .map(|i| op.result(i).map(Into::into).map_err(internal))
+            .collect()
+    }
+
+    /// `tensor.extract_slice` with static offsets, sizes and strides; `result_shape` may drop
+    /// unit dimensions (a rank-reducing slice).
+    pub fn extract_slice(
+        &self,
+        source: Value<'c, 'a>,
+        offsets: &[i64],
+        sizes: &[i64],
+        strides: &[i64],
+        result_shape: &[i64],
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        let attrs = [
+            ("static_offsets", self.attr(&i64_array(offsets))?),
+            ("static_sizes", self.attr(&i64_array(sizes))?),
+            ("static_strides", self.attr(&i64_array(strides))?),
+            ("operandSegmentSizes", self.attr("array<i32: 1, 0, 0, 0>")?),
+        ];
+        self.op1("tensor.extract_slice", &[source], self.tensor_type(result_shape, dtype)?, &attrs)
+    }
+
+    /// `tensor.insert_slice` of `source` into `dest` at static offsets with unit strides.
+    pub fn insert_slice(
+        &self,
+        source: Value<'c, 'a>,
+        dest: Value<'c, 'a>,
+        offsets: &[i64],
+        sizes: &[i64],
+    ) -> Result<Value<'c, 'a>> {
+        let ones = vec![1i64; sizes.len()];
+        let attrs = [
+            ("static_offsets", self.attr(&i64_array(offsets))?),
+            ("static_sizes", self.attr(&i64_array(sizes))?),
+            ("static_strides", self.attr(&i64_array(&ones))?),
+            ("operandSegmentSizes", self.attr("array<i32: 1, 1, 0, 0, 0>")?),
+        ];
+        self.op1("tensor.insert_slice", &[source, dest], dest.r#type(), &attrs)
+    }
+
+    /// Any reshape that keeps the element count: collapse to 1-D, then expand to the target.
+    /// Canonicalisation folds the pair into one op whenever the dimensions line up.
+    pub fn reshape(
+        &self,
+        source: Value<'c, 'a>,
+        from: &[i64],
+        to: &[i64],
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        if from == to {
+            return Ok(source);
+        }
+        let numel: i64 = from.iter().product();
+        let flat = match from.len() {
+            1 => source,
+            0 => self.reassociate("tensor.expand_shape", source, &[1], dtype, "[]", Some(&[1]))?,
+            n => {
+                let group: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+                let r = format!("[[{}]]", group.join(", "));
+                self.reassociate("tensor.collapse_shape", source, &[numel], dtype, &r, None)?
+            }
+        };
+        match to.len() {
+            1 => Ok(flat),
+            0 => self.reassociate("tensor.collapse_shape", flat, &[], dtype, "[]", None),
+            n => {
+                let group: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+                let r = format!("[[{}]]", group.join(", "));
+                self.reassociate("tensor.expand_shape", flat, to, dtype, &r, Some(to))
+            }
+        }
+    }
+
+    fn reassociate(
+        &self,
+        name: &str,
+        source: Value<'c, 'a>,
+        shape: &[i64],
+        dtype: DType,
+        reassociation: &str,
+        output_shape: Option<&[i64]>,
+    ) -> Result<Value<'c, 'a>> {
+        let mut attrs = vec![("reassociation", self.attr(reassociation)?)];
+        if let Some(out) = output_shape {
+            attrs.push(("static_output_shape", self.attr(&i64_array(out))?));
+        }
+        self.op1(name, &[source], self.tensor_type(shape, dtype)?, &attrs)
+    }
+}
+
+pub fn i64_array(values: &[i64]) -> String {
+    let items: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    if items.is_empty() {
+        "array<i64>".to_string()
+    } else {
+        format!("array<i64: {}>", items.join(", "))
+    }
+}
+
+fn element_type_of(ty: Type<'_>) -> Option<Type<'_>> {
+    // SAFETY: the checks guard the shaped-type accessor.
+    unsafe {
+        let raw = ty.to_raw();
+        if mlir_sys::mlirTypeIsAShaped(raw) {
+            Some(Type::from_raw(mlir_sys::mlirShapedTypeGetElementType(raw)))
+        } else {
+            None
+        }
+    }
+}

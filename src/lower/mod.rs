@@ -1,0 +1,624 @@
+//! Lowering from the interchange graph to MLIR on tensors. One [`Registry`] maps each ATen
+//! overload to its lowering; each op family registers its rows from its own file.
+
+mod data_movement;
+mod creation;
+mod elementwise;
+pub mod emit;
+mod linear;
+mod normalization;
+mod reduction;
+
+use crate::error::{Error, NodeSite, Result};
+use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
+pub use emit::{Emit, Iter, Scalar, fail};
+use melior::{
+    Context,
+    dialect::func,
+    ir::{
+        Attribute, Block, BlockLike, Identifier, Location, Module, Region, RegionLike, Type, Value,
+        ValueLike,
+        attribute::{StringAttribute, TypeAttribute},
+        r#type::FunctionType,
+    },
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+/// The signature every lowering has.
+pub type LowerFn = dyn for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
+    + Send
+    + Sync;
+
+pub struct Lowering {
+    pub family: &'static str,
+    pub lower: Box<LowerFn>,
+}
+
+/// ATen overload → lowering. Building it fails on a duplicate key.
+#[derive(Default)]
+pub struct Registry {
+    rows: BTreeMap<&'static str, Lowering>,
+    duplicates: Vec<&'static str>,
+    family: &'static str,
+}
+
+impl Registry {
+    pub fn add<F>(&mut self, op: &'static str, lower: F)
+    where
+        F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let row = Lowering {
+            family: self.family,
+            lower: Box::new(lower),
+        };
+        if self.rows.insert(op, row).is_some() {
+            self.duplicates.push(op);
+        }
+    }
+
+    fn build() -> Result<Registry> {
+        let mut r = Registry::default();
+        let families: [(&'static str, fn(&mut Registry)); 6] = [
+            ("elementwise", elementwise::register),
+            ("creation", creation::register),
+            ("linear", linear::register),
+            ("reduction", reduction::register),
+            ("data_movement", data_movement::register),
+            ("normalization", normalization::register),
+        ];
+        for (family, register) in families {
+            r.family = family;
+            register(&mut r);
+        }
+        if !r.duplicates.is_empty() {
+            return Err(Error::InvalidGraph(format!(
+                "lowering registry has duplicate rows: {:?}",
+                r.duplicates
+            )));
+        }
+        Ok(r)
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> Result<&'static Registry> {
+        static REGISTRY: OnceLock<std::result::Result<Registry, String>> = OnceLock::new();
+        REGISTRY
+            .get_or_init(|| Registry::build().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| Error::InvalidGraph(e.clone()))
+    }
+
+    pub fn get(&self, op: &str) -> Option<&Lowering> {
+        self.rows.get(op)
+    }
+
+    /// Every supported overload with its family, sorted.
+    pub fn ops(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        self.rows.iter().map(|(op, l)| (*op, l.family))
+    }
+}
+
+/// A tensor value with the static shape and dtype lowering needs.
+#[derive(Clone)]
+pub struct Tensor<'c, 'a> {
+    pub value: Value<'c, 'a>,
+    pub shape: Vec<i64>,
+    pub dtype: DType,
+}
+
+impl Tensor<'_, '_> {
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// An elementwise operand: a tensor (broadcast to the result) or a Python scalar.
+#[derive(Clone)]
+pub enum Operand<'c, 'a> {
+    Tensor(Tensor<'c, 'a>),
+    Scalar(Scalar),
+}
+
+impl Operand<'_, '_> {
+    pub fn promotion(&self) -> DtypeOperand {
+        match self {
+            Operand::Tensor(t) => DtypeOperand::Tensor {
+                dtype: t.dtype,
+                rank: t.rank(),
+            },
+            Operand::Scalar(s) => DtypeOperand::Scalar(s.kind()),
+        }
+    }
+}
+
+/// State while lowering one graph: the function body, the values defined so far and the
+/// location of the node being lowered.
+pub struct LowerCtx<'c, 'a> {
+    pub e: Emit<'c, 'a>,
+    graph: &'a Graph,
+    values: HashMap<ValueRef, Value<'c, 'a>>,
+    node_outputs: Vec<TensorMeta>,
+}
+
+impl<'c, 'a> LowerCtx<'c, 'a> {
+    fn meta_of(&self, r: &ValueRef) -> Result<&'a TensorMeta> {
+        self.graph
+            .meta(r)
+            .ok_or_else(|| Error::InvalidGraph(format!("no metadata for `{}`", r.node)))
+    }
+
+    /// The metadata of the current node's outputs.
+    pub fn out(&self, index: usize) -> Result<&TensorMeta> {
+        self.node_outputs
+            .get(index)
+            .ok_or_else(|| fail::<()>(format!("the node has no output {index}")).unwrap_err())
+    }
+
+    pub fn arg<'n>(&self, node: &'n Node, index: usize) -> Result<&'n Arg> {
+        node.args.get(index).ok_or_else(|| {
+            fail::<()>(format!(
+                "expected at least {} arguments, got {}",
+                index + 1,
+                node.args.len()
+            ))
+            .unwrap_err()
+        })
+    }
+
+    fn arg_name(node: &Node, index: usize) -> String {
+        node.arg_names
+            .get(index)
+            .map_or(format!("argument {index}"), |n| format!("argument `{n}`"))
+    }
+
+    fn tensor_of(&self, arg: &Arg) -> Result<Option<Tensor<'c, 'a>>> {
+        let Arg::Ref(r) = arg else { return Ok(None) };
+        let meta = self.meta_of(r)?;
+        let value = *self
+            .values
+            .get(r)
+            .ok_or_else(|| Error::InvalidGraph(format!("`{}` is used before it is defined", r.node)))?;
+        Ok(Some(Tensor {
+            value,
+            shape: meta.shape.clone(),
+            dtype: meta.dtype,
+        }))
+    }
+
+    pub fn tensor(&self, node: &Node, index: usize) -> Result<Tensor<'c, 'a>> {
+        self.tensor_of(self.arg(node, index)?)?.ok_or_else(|| {
+            fail::<()>(format!("{} must be a tensor", Self::arg_name(node, index))).unwrap_err()
+        })
+    }
+
+    pub fn opt_tensor(&self, node: &Node, index: usize) -> Result<Option<Tensor<'c, 'a>>> {
+        match node.args.get(index) {
+            None | Some(Arg::None) => Ok(None),
+            Some(arg) => self.tensor_of(arg)?.map(Some).ok_or_else(|| {
+                fail::<()>(format!("{} must be a tensor or None", Self::arg_name(node, index)))
+                    .unwrap_err()
+            }),
+        }
+    }
+
+    pub fn tensor_list(&self, node: &Node, index: usize) -> Result<Vec<Tensor<'c, 'a>>> {
+        match self.arg(node, index)? {
+            Arg::List(items) => items
+                .iter()
+                .map(|a| {
+                    self.tensor_of(a)?.ok_or_else(|| {
+                        fail::<()>(format!("{} must hold tensors", Self::arg_name(node, index)))
+                            .unwrap_err()
+                    })
+                })
+                .collect(),
+            _ => fail(format!("{} must be a list of tensors", Self::arg_name(node, index))),
+        }
+    }
+
+    /// A tensor or a Python scalar.
+    pub fn operand(&self, node: &Node, index: usize) -> Result<Operand<'c, 'a>> {
+        let arg = self.arg(node, index)?;
+        if let Some(t) = self.tensor_of(arg)? {
+            return Ok(Operand::Tensor(t));
+        }
+        scalar_of(arg).map(Operand::Scalar).ok_or_else(|| {
+            fail::<()>(format!("{} must be a tensor or a number", Self::arg_name(node, index)))
+                .unwrap_err()
+        })
+    }
+
+    pub fn scalar(&self, node: &Node, index: usize) -> Result<Scalar> {
+        scalar_of(self.arg(node, index)?).ok_or_else(|| {
+            fail::<()>(format!("{} must be a number", Self::arg_name(node, index))).unwrap_err()
+        })
+    }
+
+    pub fn int(&self, node: &Node, index: usize) -> Result<i64> {
+        match self.arg(node, index)? {
+            Arg::Int(i) => Ok(*i),
+            Arg::Bool(b) => Ok(*b as i64),
+            _ => fail(format!("{} must be an int", Self::arg_name(node, index))),
+        }
+    }
+
+    pub fn opt_int(&self, node: &Node, index: usize) -> Result<Option<i64>> {
+        match node.args.get(index) {
+            None | Some(Arg::None) => Ok(None),
+            Some(_) => self.int(node, index).map(Some),
+        }
+    }
+
+    pub fn float(&self, node: &Node, index: usize) -> Result<f64> {
+        Ok(self.scalar(node, index)?.as_f64())
+    }
+
+    pub fn bool(&self, node: &Node, index: usize) -> Result<bool> {
+        match self.arg(node, index)? {
+            Arg::Bool(b) => Ok(*b),
+            Arg::Int(i) => Ok(*i != 0),
+            _ => fail(format!("{} must be a bool", Self::arg_name(node, index))),
+        }
+    }
+
+    pub fn str(&self, node: &Node, index: usize) -> Result<Option<String>> {
+        match self.arg(node, index)? {
+            Arg::Str(s) => Ok(Some(s.clone())),
+            Arg::None => Ok(None),
+            _ => fail(format!("{} must be a string", Self::arg_name(node, index))),
+        }
+    }
+
+    pub fn int_list(&self, node: &Node, index: usize) -> Result<Vec<i64>> {
+        match self.arg(node, index)? {
+            Arg::List(items) => items
+                .iter()
+                .map(|a| match a {
+                    Arg::Int(i) => Ok(*i),
+                    _ => fail(format!("{} must hold ints", Self::arg_name(node, index))),
+                })
+                .collect(),
+            Arg::Int(i) => Ok(vec![*i]),
+            _ => fail(format!("{} must be a list of ints", Self::arg_name(node, index))),
+        }
+    }
+
+    /// An optional list of ints; `None` and `[]` both come back as `None`.
+    pub fn opt_int_list(&self, node: &Node, index: usize) -> Result<Option<Vec<i64>>> {
+        match node.args.get(index) {
+            None | Some(Arg::None) => Ok(None),
+            Some(_) => {
+                let list = self.int_list(node, index)?;
+                Ok((!list.is_empty()).then_some(list))
+            }
+        }
+    }
+
+    // ---- structured helpers ------------------------------------------------------------
+
+    /// Elementwise computation over broadcast operands. Operand `i` reaches `body` converted
+    /// to `compute[i]`; `body` returns a value of dtype `produces`, which is converted to
+    /// `out_dtype`. The result has shape `out_shape`.
+    pub fn elementwise<F>(
+        &self,
+        operands: &[Operand<'c, 'a>],
+        compute: &[DType],
+        produces: DType,
+        out_shape: &[i64],
+        out_dtype: DType,
+        body: F,
+    ) -> Result<Value<'c, 'a>>
+    where
+        F: for<'b> FnOnce(&Emit<'c, 'b>, &[Value<'c, 'b>]) -> Result<Value<'c, 'b>>,
+    {
+        let rank = out_shape.len();
+        let mut inputs = Vec::new();
+        let mut slots = Vec::new();
+        if compute.len() != operands.len() {
+            return fail("internal: one compute dtype per operand is required");
+        }
+        for (operand, &compute) in operands.iter().zip(compute) {
+            match operand {
+                Operand::Tensor(t) => {
+                    if t.rank() > rank {
+                        return fail(format!(
+                            "operand of shape {:?} does not broadcast to {out_shape:?}",
+                            t.shape
+                        ));
+                    }
+                    slots.push((Err((inputs.len(), t.dtype)), compute));
+                    inputs.push((t.value, emit::broadcast_map(&t.shape, out_shape)));
+                }
+                Operand::Scalar(s) => slots.push((Ok(*s), compute)),
+            }
+        }
+        let init = self.e.empty(out_shape, out_dtype)?;
+        let outputs = [(init, emit::identity_map(rank))];
+        let results = self.e.generic(&inputs, &outputs, &vec![Iter::Parallel; rank], |b, args| {
+            let mut values = Vec::new();
+            for (slot, compute) in &slots {
+                values.push(match slot {
+                    Ok(s) => b.constant(*s, *compute)?,
+                    Err((i, dtype)) => b.convert(args[*i], *dtype, *compute)?,
+                });
+            }
+            let result = body(b, &values)?;
+            Ok(vec![b.convert(result, produces, out_dtype)?])
+        })?;
+        Ok(results[0])
+    }
+
+    /// Reduces `input` over `dims` (result drops them). The accumulator starts at `init` and
+    /// `combine(acc, x)` folds each element, with `x` converted to `acc`'s dtype.
+    pub fn reduce<F>(
+        &self,
+        input: &Tensor<'c, 'a>,
+        dims: &[usize],
+        acc: DType,
+        init: Scalar,
+        combine: F,
+    ) -> Result<Tensor<'c, 'a>>
+    where
+        F: for<'b> FnOnce(&Emit<'c, 'b>, Value<'c, 'b>, Value<'c, 'b>) -> Result<Value<'c, 'b>>,
+    {
+        let rank = input.rank();
+        let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+        let out_shape: Vec<i64> = kept.iter().map(|&d| input.shape[d]).collect();
+        let init = self.e.splat(&out_shape, acc, init)?;
+        let iters: Vec<Iter> = (0..rank)
+            .map(|d| if dims.contains(&d) { Iter::Reduction } else { Iter::Parallel })
+            .collect();
+        let out_map = emit::affine_map(rank, &kept.iter().map(|&d| Some(d)).collect::<Vec<_>>());
+        let from = input.dtype;
+        let results = self.e.generic(
+            &[(input.value, emit::identity_map(rank))],
+            &[(init, out_map)],
+            &iters,
+            |b, args| {
+                let x = b.convert(args[0], from, acc)?;
+                Ok(vec![combine(b, args[1], x)?])
+            },
+        )?;
+        Ok(Tensor {
+            value: results[0],
+            shape: out_shape,
+            dtype: acc,
+        })
+    }
+
+    /// Casts a whole tensor to another dtype.
+    pub fn cast(&self, t: &Tensor<'c, 'a>, to: DType) -> Result<Tensor<'c, 'a>> {
+        if t.dtype == to {
+            return Ok(t.clone());
+        }
+        let value = self.elementwise(
+            &[Operand::Tensor(t.clone())],
+            &[t.dtype],
+            t.dtype,
+            &t.shape,
+            to,
+            |_, v| Ok(v[0]),
+        )?;
+        Ok(Tensor {
+            value,
+            shape: t.shape.clone(),
+            dtype: to,
+        })
+    }
+
+    pub fn reshape(&self, t: &Tensor<'c, 'a>, shape: &[i64]) -> Result<Tensor<'c, 'a>> {
+        Ok(Tensor {
+            value: self.e.reshape(t.value, &t.shape, shape, t.dtype)?,
+            shape: shape.to_vec(),
+            dtype: t.dtype,
+        })
+    }
+}
+
+pub fn scalar_of(arg: &Arg) -> Option<Scalar> {
+    match arg {
+        Arg::Int(i) => Some(Scalar::Int(*i)),
+        Arg::Float(f) => Some(Scalar::Float(f.value())),
+        Arg::Bool(b) => Some(Scalar::Bool(*b)),
+        _ => None,
+    }
+}
+
+/// Normalises a possibly negative dimension index against `rank`.
+pub fn norm_dim(dim: i64, rank: usize) -> Result<usize> {
+    let r = rank.max(1) as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    if d < 0 || d >= r {
+        return fail(format!("dimension {dim} is out of range for rank {rank}"));
+    }
+    Ok(d as usize)
+}
+
+fn node_location<'c>(context: &'c Context, node: &Node) -> Location<'c> {
+    let child = match &node.source {
+        Some(s) => Location::new(context, &s.file, s.line as usize, 0),
+        None => Location::unknown(context),
+    };
+    Location::name(context, &format!("{} ({})", node.target, node.name), child)
+}
+
+/// Lowers a validated graph to a module holding `func.func @<graph.name>`, whose arguments are
+/// the inputs' memrefs (with their strides) followed by one memref per output, written in place.
+pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>> {
+    let registry = Registry::global()?;
+    let func_loc = Location::name(context, &graph.name, Location::unknown(context));
+    let module = Module::new(func_loc);
+    let parse = |text: &str| {
+        Type::parse(context, text).ok_or_else(|| Error::InvalidGraph(format!("bad type {text}")))
+    };
+
+    let mut arg_types = Vec::new();
+    for input in &graph.inputs {
+        let m = &input.meta;
+        arg_types.push(parse(&emit::memref_type_text(&m.shape, &m.strides, m.dtype))?);
+    }
+    let output_metas: Vec<&TensorMeta> = graph
+        .outputs
+        .iter()
+        .map(|r| {
+            graph
+                .meta(r)
+                .ok_or_else(|| Error::InvalidGraph(format!("no metadata for output `{}`", r.node)))
+        })
+        .collect::<Result<_>>()?;
+    for m in &output_metas {
+        arg_types.push(parse(&emit::memref_type_text(&m.shape, &m.strides, m.dtype))?);
+    }
+
+    let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
+    {
+        let entry = Emit {
+            context,
+            block: &block,
+            loc: func_loc,
+        };
+        let mut ctx = LowerCtx {
+            e: entry,
+            graph,
+            values: HashMap::new(),
+            node_outputs: vec![],
+        };
+        let restrict = Attribute::unit(context);
+        for (i, input) in graph.inputs.iter().enumerate() {
+            let arg: Value = block.argument(i).map_err(|e| Error::Llvm(e.to_string()))?.into();
+            let ty = ctx.e.tensor_type(&input.meta.shape, input.meta.dtype)?;
+            let loc = Location::name(context, &input.name, Location::unknown(context));
+            let e = Emit { loc, ..entry };
+            let t = e.op1("bufferization.to_tensor", &[arg], ty, &[("restrict", restrict)])?;
+            ctx.values.insert(ValueRef { node: input.name.clone(), index: 0 }, t);
+        }
+        for constant in &graph.constants {
+            let loc = Location::name(context, &constant.name, Location::unknown(context));
+            let e = Emit { loc, ..entry };
+            let v = constant_tensor(&e, constant)?;
+            ctx.values.insert(ValueRef { node: constant.name.clone(), index: 0 }, v);
+        }
+        for node in &graph.nodes {
+            let site = node.site();
+            let lowering = registry
+                .get(&node.target)
+                .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
+            ctx.e.loc = node_location(context, node);
+            ctx.node_outputs = node.outputs.clone();
+            let results = (lowering.lower)(&mut ctx, node).map_err(|e| attach_site(e, &site))?;
+            if results.len() != node.outputs.len() {
+                return Err(attach_site(
+                    fail::<()>(format!(
+                        "lowering produced {} values for {} outputs",
+                        results.len(),
+                        node.outputs.len()
+                    ))
+                    .unwrap_err(),
+                    &site,
+                ));
+            }
+            for (index, (value, meta)) in results.into_iter().zip(&node.outputs).enumerate() {
+                let expected = ctx.e.tensor_type(&meta.shape, meta.dtype)?;
+                if value.r#type() != expected {
+                    return Err(attach_site(
+                        fail::<()>(format!(
+                            "output {index} has type {} but the graph records {expected}",
+                            value.r#type()
+                        ))
+                        .unwrap_err(),
+                        &site,
+                    ));
+                }
+                ctx.values.insert(ValueRef { node: node.name.clone(), index }, value);
+            }
+        }
+        let unit = Attribute::unit(context);
+        for (i, out) in graph.outputs.iter().enumerate() {
+            let dest: Value = block
+                .argument(graph.inputs.len() + i)
+                .map_err(|e| Error::Llvm(e.to_string()))?
+                .into();
+            let value = ctx.values[out];
+            let loc = Location::name(context, &format!("output {i}"), Location::unknown(context));
+            let e = Emit { loc, ..entry };
+            e.op(
+                "bufferization.materialize_in_destination",
+                &[value, dest],
+                &[],
+                &[("restrict", unit), ("writable", unit)],
+            )?;
+        }
+        block.append_operation(func::r#return(&[], func_loc));
+    }
+    let region = Region::new();
+    region.append_block(block);
+    let fn_type = FunctionType::new(context, &arg_types, &[]);
+    let function = func::func(
+        context,
+        StringAttribute::new(context, &graph.name),
+        TypeAttribute::new(fn_type.into()),
+        region,
+        &[(
+            Identifier::new(context, "llvm.emit_c_interface"),
+            Attribute::unit(context),
+        )],
+        func_loc,
+    );
+    module.body().append_operation(function);
+    Ok(module)
+}
+
+fn attach_site(e: Error, site: &NodeSite) -> Error {
+    match e {
+        Error::Lowering { site: s, message } if s.node.is_empty() => Error::Lowering {
+            site: site.clone(),
+            message,
+        },
+        other => other,
+    }
+}
+
+/// A graph constant as an `arith.constant` dense tensor.
+fn constant_tensor<'c, 'a>(e: &Emit<'c, 'a>, c: &crate::graph::Constant) -> Result<Value<'c, 'a>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&c.data)
+        .map_err(|err| Error::InvalidGraph(format!("constant `{}`: bad base64: {err}", c.name)))?;
+    let meta = &c.meta;
+    if !meta.is_contiguous() {
+        return Err(Error::InvalidGraph(format!(
+            "constant `{}` must be contiguous",
+            c.name
+        )));
+    }
+    let expected = meta.numel() as usize * meta.dtype.byte_size();
+    if bytes.len() != expected {
+        return Err(Error::InvalidGraph(format!(
+            "constant `{}` has {} bytes of data, its shape and dtype need {expected}",
+            c.name,
+            bytes.len()
+        )));
+    }
+    // Bool data is written as a flat list of literals and reshaped; other types as raw hex.
+    let flat_bool = meta.dtype.is_bool() && meta.rank() > 0;
+    let literal_shape = if flat_bool { vec![meta.numel()] } else { meta.shape.clone() };
+    let ty = emit::tensor_type_text(&literal_shape, meta.dtype);
+    let text = if meta.dtype.is_bool() {
+        let items: Vec<&str> = bytes.iter().map(|b| if *b != 0 { "true" } else { "false" }).collect();
+        if flat_bool {
+            format!("dense<[{}]> : {ty}", items.join(", "))
+        } else {
+            format!("dense<{}> : {ty}", items.join(", "))
+        }
+    } else {
+        let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+        format!("dense<\"0x{hex}\"> : {ty}")
+    };
+    let attr = e.attr(&text)?;
+    let value = e.op1("arith.constant", &[], e.ty(&ty)?, &[("value", attr)])?;
+    e.reshape(value, &literal_shape, &meta.shape, meta.dtype)
+}

@@ -1,0 +1,280 @@
+//! Reductions: sum, mean, amax/amin, var/var_mean with Bessel correction, any, argmax/argmin.
+//! Each reduces in PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape.
+
+use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
+use crate::error::Result;
+use crate::graph::{DType, Node};
+use melior::ir::Value;
+
+#[derive(Clone, Copy)]
+enum Reduce {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Any,
+    Var,
+    VarMean,
+    ArgMax,
+    ArgMin,
+}
+
+/// How the reduced dimensions are given.
+#[derive(Clone, Copy)]
+enum Dims {
+    /// All dimensions (the op has no `dim` argument).
+    All,
+    /// An optional int list at this argument; `None` or `[]` means all dimensions.
+    List(usize),
+    /// A single int at this argument.
+    One(usize),
+    /// An optional single int at this argument; `None` means all dimensions, flattened.
+    OptOne(usize),
+}
+
+const REDUCTIONS: &[(&str, Reduce, Dims)] = &[
+    ("aten.sum.default", Reduce::Sum, Dims::All),
+    ("aten.sum.dim_IntList", Reduce::Sum, Dims::List(1)),
+    ("aten.mean.default", Reduce::Mean, Dims::All),
+    ("aten.mean.dim", Reduce::Mean, Dims::List(1)),
+    ("aten.amax.default", Reduce::Max, Dims::List(1)),
+    ("aten.amin.default", Reduce::Min, Dims::List(1)),
+    ("aten.max.default", Reduce::Max, Dims::All),
+    ("aten.min.default", Reduce::Min, Dims::All),
+    ("aten.any.default", Reduce::Any, Dims::All),
+    ("aten.any.dim", Reduce::Any, Dims::One(1)),
+    ("aten.any.dims", Reduce::Any, Dims::List(1)),
+    ("aten.var.correction", Reduce::Var, Dims::List(1)),
+    ("aten.var_mean.correction", Reduce::VarMean, Dims::List(1)),
+    ("aten.argmax.default", Reduce::ArgMax, Dims::OptOne(1)),
+    ("aten.argmin.default", Reduce::ArgMin, Dims::OptOne(1)),
+];
+
+pub(super) fn register(r: &mut Registry) {
+    for &(op, reduce, dims) in REDUCTIONS {
+        r.add(op, move |ctx, node| lower_reduction(ctx, node, reduce, dims));
+    }
+}
+
+fn reduced_dims(ctx: &LowerCtx, node: &Node, dims: Dims, rank: usize) -> Result<Option<Vec<usize>>> {
+    let list = match dims {
+        Dims::All => None,
+        Dims::List(i) => ctx.opt_int_list(node, i)?,
+        Dims::One(i) => Some(vec![ctx.int(node, i)?]),
+        Dims::OptOne(i) => ctx.opt_int(node, i)?.map(|d| vec![d]),
+    };
+    let Some(list) = list else { return Ok(None) };
+    let mut out: Vec<usize> = list.iter().map(|&d| norm_dim(d, rank)).collect::<Result<_>>()?;
+    out.sort_unstable();
+    out.dedup();
+    // Reducing over a dimension of a 0-d tensor is the identity.
+    if rank == 0 {
+        out.clear();
+    }
+    Ok(Some(out))
+}
+
+fn lower_reduction<'c, 'a>(
+    ctx: &mut LowerCtx<'c, 'a>,
+    node: &Node,
+    reduce: Reduce,
+    dims: Dims,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let mut x = ctx.tensor(node, 0)?;
+    let out = ctx.out(0)?.clone();
+    let dims = match reduced_dims(ctx, node, dims, x.rank())? {
+        Some(d) => d,
+        None if matches!(reduce, Reduce::ArgMax | Reduce::ArgMin) => {
+            // argmax without a dim indexes the flattened tensor.
+            x = ctx.reshape(&x, &[x.shape.iter().product()])?;
+            vec![0]
+        }
+        None => (0..x.rank()).collect(),
+    };
+    let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
+    let results = match reduce {
+        Reduce::Sum | Reduce::Mean => {
+            let acc = out.dtype.accumulator();
+            let float = acc.is_float();
+            let sum = ctx.reduce(&x, &dims, acc, Scalar::Int(0), |b, a, v| {
+                b.same(if float { "arith.addf" } else { "arith.addi" }, &[a, v])
+            })?;
+            let result = if matches!(reduce, Reduce::Mean) { scale(ctx, &sum, count, 0)? } else { sum };
+            vec![result]
+        }
+        Reduce::Max | Reduce::Min => {
+            let max = matches!(reduce, Reduce::Max);
+            let dtype = x.dtype;
+            let init = extreme(dtype, !max);
+            vec![ctx.reduce(&x, &dims, dtype, init, |b, a, v| {
+                b.same(min_max_op(dtype, max), &[a, v])
+            })?]
+        }
+        Reduce::Any => {
+            let any = ctx.reduce(&x, &dims, DType::Bool, Scalar::Bool(false), |b, a, v| {
+                b.same("arith.ori", &[a, v])
+            })?;
+            vec![any]
+        }
+        Reduce::Var | Reduce::VarMean => {
+            let correction = match node.args.get(2) {
+                Some(crate::graph::Arg::None) | None => 1.0,
+                Some(_) => ctx.float(node, 2)?,
+            };
+            let (var, mean) = variance(ctx, &x, &dims, out.dtype, correction)?;
+            if matches!(reduce, Reduce::VarMean) { vec![var, mean] } else { vec![var] }
+        }
+        Reduce::ArgMax | Reduce::ArgMin => vec![arg_extreme(ctx, &x, dims[0], matches!(reduce, Reduce::ArgMax))?],
+    };
+    results
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let meta = ctx.out(i)?.clone();
+            let t = ctx.cast(t, meta.dtype)?;
+            Ok(ctx.reshape(&t, &meta.shape)?.value)
+        })
+        .collect()
+}
+
+/// `t / divisor` elementwise (a mean from a sum); `divisor` 0 gives NaN as in PyTorch.
+fn scale<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>, count: i64, correction: i64) -> Result<Tensor<'c, 'a>> {
+    let dtype = t.dtype;
+    if !dtype.is_float() {
+        return fail("mean needs a floating-point dtype");
+    }
+    let divisor = (count - correction).max(0) as f64;
+    let value = ctx.elementwise(
+        &[super::Operand::Tensor(t.clone()), super::Operand::Scalar(Scalar::Float(divisor))],
+        &[dtype, dtype],
+        dtype,
+        &t.shape,
+        dtype,
+        |b, v| b.same("arith.divf", &[v[0], v[1]]),
+    )?;
+    Ok(Tensor { value, shape: t.shape.clone(), dtype })
+}
+
+/// Two-pass variance: the mean, then the mean squared deviation with `correction`.
+fn variance<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    dims: &[usize],
+    out: DType,
+    correction: f64,
+) -> Result<(Tensor<'c, 'a>, Tensor<'c, 'a>)> {
+    if !out.is_float() {
+        return fail("variance needs a floating-point dtype");
+    }
+    let acc = out.compute();
+    let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
+    let sum = ctx.reduce(x, dims, acc, Scalar::Int(0), |b, a, v| b.same("arith.addf", &[a, v]))?;
+    let mean = scale(ctx, &sum, count, 0)?;
+    // Deviation: broadcast the mean back over the reduced dimensions.
+    let rank = x.rank();
+    let kept: Vec<Option<usize>> = (0..rank).filter(|d| !dims.contains(d)).map(Some).collect();
+    let init = ctx.e.splat(&mean.shape, acc, Scalar::Int(0))?;
+    let iters: Vec<Iter> = (0..rank)
+        .map(|d| if dims.contains(&d) { Iter::Reduction } else { Iter::Parallel })
+        .collect();
+    let from = x.dtype;
+    let squares = ctx.e.generic(
+        &[
+            (x.value, emit::identity_map(rank)),
+            (mean.value, emit::affine_map(rank, &kept)),
+        ],
+        &[(init, emit::affine_map(rank, &kept))],
+        &iters,
+        |b, v| {
+            let xv = b.convert(v[0], from, acc)?;
+            let d = b.same("arith.subf", &[xv, v[1]])?;
+            let sq = b.same("arith.mulf", &[d, d])?;
+            Ok(vec![b.same("arith.addf", &[v[2], sq])?])
+        },
+    )?;
+    let squares = Tensor { value: squares[0], shape: mean.shape.clone(), dtype: acc };
+    // A fractional correction is legal in PyTorch; divide by max(N - correction, 0).
+    let divisor = (count as f64 - correction).max(0.0);
+    let value = ctx.elementwise(
+        &[super::Operand::Tensor(squares), super::Operand::Scalar(Scalar::Float(divisor))],
+        &[acc, acc],
+        acc,
+        &mean.shape,
+        acc,
+        |b, v| b.same("arith.divf", &[v[0], v[1]]),
+    )?;
+    let var = Tensor { value, shape: mean.shape.clone(), dtype: acc };
+    Ok((var, mean))
+}
+
+/// The identity element of max (`lowest = true`) or min over `dtype`.
+fn extreme(dtype: DType, lowest: bool) -> Scalar {
+    if dtype.is_float() {
+        return Scalar::Float(if lowest { f64::NEG_INFINITY } else { f64::INFINITY });
+    }
+    if dtype.is_bool() {
+        return Scalar::Bool(!lowest);
+    }
+    let bits = dtype.bits();
+    let (min, max) = if dtype.is_unsigned() {
+        (0i64, (1i64 << bits) - 1)
+    } else if bits == 64 {
+        (i64::MIN, i64::MAX)
+    } else {
+        (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+    };
+    Scalar::Int(if lowest { min } else { max })
+}
+
+fn min_max_op(dtype: DType, max: bool) -> &'static str {
+    match (dtype.is_float(), dtype.is_unsigned(), max) {
+        // maximumf/minimumf propagate NaN, as torch.amax does.
+        (true, _, true) => "arith.maximumf",
+        (true, _, false) => "arith.minimumf",
+        (false, true, true) => "arith.maxui",
+        (false, true, false) => "arith.minui",
+        (false, false, true) => "arith.maxsi",
+        (false, false, false) => "arith.minsi",
+    }
+}
+
+/// Index of the first maximum (or minimum) along `dim`; NaN counts as the extreme.
+fn arg_extreme<'c, 'a>(ctx: &LowerCtx<'c, 'a>, x: &Tensor<'c, 'a>, dim: usize, max: bool) -> Result<Tensor<'c, 'a>> {
+    let rank = x.rank();
+    let dtype = x.dtype;
+    let kept: Vec<Option<usize>> = (0..rank).filter(|&d| d != dim).map(Some).collect();
+    let shape: Vec<i64> = (0..rank).filter(|&d| d != dim).map(|d| x.shape[d]).collect();
+    if x.shape.get(dim) == Some(&0) {
+        return fail("argmax/argmin of an empty dimension is undefined");
+    }
+    let best = ctx.e.splat(&shape, dtype, extreme(dtype, max))?;
+    let index = ctx.e.splat(&shape, DType::Int64, Scalar::Int(0))?;
+    let iters: Vec<Iter> = (0..rank).map(|d| if d == dim { Iter::Reduction } else { Iter::Parallel }).collect();
+    let out_map = emit::affine_map(rank, &kept);
+    let results = ctx.e.generic(
+        &[(x.value, emit::identity_map(rank))],
+        &[(best, out_map.clone()), (index, out_map)],
+        &iters,
+        |b, v| {
+            let (value, current, current_index) = (v[0], v[1], v[2]);
+            let better = if dtype.is_float() {
+                let strict = b.cmpf(if max { "ogt" } else { "olt" }, value, current)?;
+                let value_nan = b.cmpf("uno", value, value)?;
+                let current_ok = b.cmpf("ord", current, current)?;
+                let nan_wins = b.same("arith.andi", &[value_nan, current_ok])?;
+                b.same("arith.ori", &[strict, nan_wins])?
+            } else {
+                b.compare(if max { "gt" } else { "lt" }, value, current, dtype)?
+            };
+            let position = linalg_index(b, dim)?;
+            let position = b.op1("arith.index_cast", &[position], b.elem_type(DType::Int64)?, &[])?;
+            Ok(vec![b.select(better, value, current)?, b.select(better, position, current_index)?])
+        },
+    )?;
+    Ok(Tensor { value: results[1], shape, dtype: DType::Int64 })
+}
+
+pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {
+    let attr = b.attr(&format!("{dim} : i64"))?;
+    b.op1("linalg.index", &[], b.ty("index")?, &[("dim", attr)])
+}

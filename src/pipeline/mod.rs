@@ -1,0 +1,227 @@
+//! Named MLIR pass pipelines. A pipeline is a list of stages; each stage is one textual
+//! pass pipeline that stock `mlir-opt` accepts, runs under a diagnostic handler and a tracing
+//! span, and can be dumped. A failing stage writes its input and a ready `mlir-opt` reproducer.
+
+use crate::error::{Error, Result};
+use melior::{
+    Context,
+    ir::{Module, operation::OperationLike},
+    pass::PassManager,
+};
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// One stage: a name (used in dump file names and timings) and a pass pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct Stage {
+    pub name: &'static str,
+    pub pipeline: &'static str,
+}
+
+/// Fuse elementwise producers into consumers on tensors, then clean up.
+const FUSION: Stage = Stage {
+    name: "fusion",
+    pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),canonicalize,cse)",
+};
+
+/// Tensors to buffers; outputs are written in place into the caller's memrefs.
+const BUFFERIZE: Stage = Stage {
+    name: "bufferize",
+    pipeline: "builtin.module(eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+};
+
+/// Structured ops to loop nests over memrefs.
+const LOOPS: Stage = Stage {
+    name: "loops",
+    pipeline: "builtin.module(func.func(convert-linalg-to-loops),expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
+};
+
+/// Everything to the LLVM dialect. `approximate-log1p=false` keeps log1p exact (libm).
+const LLVM: Stage = Stage {
+    name: "llvm",
+    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+};
+
+/// The pipelines by name; `default` is what the backend uses.
+pub const PIPELINES: &[(&str, &[Stage])] = &[
+    ("default", &[FUSION, BUFFERIZE, LOOPS, LLVM]),
+    ("fusion", &[FUSION]),
+    ("bufferize", &[BUFFERIZE]),
+    ("loops", &[LOOPS]),
+    ("llvm", &[LLVM]),
+    ("to-llvm", &[BUFFERIZE, LOOPS, LLVM]),
+];
+
+pub fn named(name: &str) -> Result<&'static [Stage]> {
+    PIPELINES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, stages)| *stages)
+        .ok_or_else(|| Error::PassPipeline {
+            pipeline: name.to_string(),
+            message: format!(
+                "no such named pipeline; known: {}",
+                PIPELINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        })
+}
+
+/// Where dumps go, and the prefix of their file names (`<dir>/<graph>.NN-stage.mlir`).
+#[derive(Debug, Clone)]
+pub struct Dumps {
+    pub dir: PathBuf,
+    pub graph: String,
+}
+
+impl Dumps {
+    pub fn path(&self, suffix: &str) -> PathBuf {
+        self.dir.join(format!("{}.{suffix}", self.graph))
+    }
+
+    pub fn write(&self, suffix: &str, text: &str) -> Result<PathBuf> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| Error::io(self.dir.display().to_string(), e))?;
+        let path = self.path(suffix);
+        std::fs::write(&path, text).map_err(|e| Error::io(path.display().to_string(), e))?;
+        Ok(path)
+    }
+}
+
+/// Collects the context's diagnostics while it is alive.
+pub struct Diagnostics<'c> {
+    context: &'c Context,
+    id: Option<melior::diagnostic::DiagnosticHandlerId>,
+    messages: Rc<RefCell<Vec<String>>>,
+}
+
+impl<'c> Diagnostics<'c> {
+    pub fn capture(context: &'c Context) -> Self {
+        let messages = Rc::new(RefCell::new(Vec::new()));
+        let sink = messages.clone();
+        let id = context.attach_diagnostic_handler(move |d| {
+            let mut text = format!("{}: {}", d.location(), d);
+            for i in 0..d.note_count() {
+                if let Ok(note) = d.note(i) {
+                    text.push_str(&format!("\n  note: {}: {}", note.location(), note));
+                }
+            }
+            sink.borrow_mut().push(text);
+            true
+        });
+        Diagnostics {
+            context,
+            id: Some(id),
+            messages,
+        }
+    }
+
+    pub fn take(&self) -> String {
+        std::mem::take(&mut *self.messages.borrow_mut()).join("\n")
+    }
+}
+
+impl Drop for Diagnostics<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.context.detach_diagnostic_handler(id);
+        }
+    }
+}
+
+/// Prints a module with debug locations, so that stock `mlir-opt` reads back the node names.
+pub fn print_module(module: &Module) -> String {
+    use melior::ir::operation::OperationPrintingFlags;
+    module
+        .as_operation()
+        .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
+        .unwrap_or_else(|_| module.as_operation().to_string())
+}
+
+/// Verifies a module, returning the diagnostics on failure.
+pub fn verify(context: &Context, module: &Module, graph: &str) -> Result<()> {
+    let diagnostics = Diagnostics::capture(context);
+    if module.as_operation().verify() {
+        Ok(())
+    } else {
+        Err(Error::Verification {
+            graph: graph.to_string(),
+            diagnostics: diagnostics.take(),
+        })
+    }
+}
+
+/// Runs one textual pass pipeline over `module`.
+pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str) -> Result<()> {
+    crate::context::register_passes();
+    let pm = PassManager::new(context);
+    melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline).map_err(|e| {
+        Error::PassPipeline {
+            pipeline: pipeline.to_string(),
+            message: e.to_string(),
+        }
+    })?;
+    let diagnostics = Diagnostics::capture(context);
+    pm.run(module).map_err(|_| Error::Pipeline {
+        stage: pipeline.to_string(),
+        diagnostics: diagnostics.take(),
+        reproducer: String::new(),
+    })
+}
+
+/// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).
+/// Returns the time spent in each stage.
+pub fn run_stages(
+    context: &Context,
+    module: &mut Module,
+    stages: &[Stage],
+    dumps: Option<&Dumps>,
+    first: usize,
+) -> Result<Vec<(String, Duration)>> {
+    let mut timings = Vec::new();
+    for (i, stage) in stages.iter().enumerate() {
+        let span = tracing::debug_span!("stage", name = stage.name);
+        let _guard = span.enter();
+        // The input of the stage, for a reproducer should it fail.
+        let before = print_module(module);
+        let start = Instant::now();
+        let result = run_pipeline_text(context, module, stage.pipeline);
+        let elapsed = start.elapsed();
+        tracing::debug!(stage = stage.name, ms = elapsed.as_secs_f64() * 1e3, "stage done");
+        if let Err(Error::Pipeline { diagnostics, .. }) = result {
+            let reproducer = write_reproducer(&before, stage, dumps)?;
+            return Err(Error::Pipeline {
+                stage: stage.name.to_string(),
+                diagnostics,
+                reproducer,
+            });
+        }
+        result?;
+        if let Some(d) = dumps {
+            d.write(&format!("{:02}-{}.mlir", first + i, stage.name), &print_module(module))?;
+        }
+        timings.push((stage.name.to_string(), elapsed));
+    }
+    Ok(timings)
+}
+
+/// Writes the failing stage's input and returns the `mlir-opt` command that replays it.
+fn write_reproducer(text: &str, stage: &Stage, dumps: Option<&Dumps>) -> Result<String> {
+    let path = match dumps {
+        Some(d) => d.write(&format!("{}.repro.mlir", stage.name), text)?,
+        None => {
+            let dir = std::env::temp_dir().join("fxmlir-repro");
+            let d = Dumps {
+                dir,
+                graph: format!("pid{}", std::process::id()),
+            };
+            d.write(&format!("{}.repro.mlir", stage.name), text)?
+        }
+    };
+    Ok(format!(
+        "\nreproduce with:\n  mlir-opt --pass-pipeline='{}' {}",
+        stage.pipeline,
+        path.display()
+    ))
+}
