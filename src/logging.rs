@@ -14,6 +14,7 @@ pub fn init() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
             .try_init();
     });

@@ -1,0 +1,93 @@
+"""The Dynamo backend. ``torch.compile(model, backend="fxmlir")`` lands in
+:func:`fxmlir_backend`, which runs aot_autograd with the core ATen decompositions (minus the ops
+fxmlir lowers natively) and compiles each resulting functional ATen graph."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.backends.common import aot_autograd
+
+from . import _fxmlir, interchange, runtime
+from .config import config
+
+log = logging.getLogger("fxmlir")
+
+_counter = itertools.count()
+_counter_lock = threading.Lock()
+
+
+def _next_name() -> str:
+    with _counter_lock:
+        return f"graph_{next(_counter)}"
+
+
+@functools.cache
+def supported_ops() -> frozenset[str]:
+    """ATen overloads with a native lowering."""
+    return frozenset(op for op, _family in _fxmlir.supported_ops())
+
+
+@functools.cache
+def decompositions() -> dict[Any, Callable]:
+    """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole)."""
+    from torch._decomp import core_aten_decompositions
+
+    native = supported_ops()
+    return {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in native}
+
+
+class GraphCompiler:
+    """Compiles one functional ATen graph. Static graphs compile at once; graphs with symbolic
+    sizes compile on each call with new concrete sizes (cached per binding)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, pipeline: str, dump_dir: str | None):
+        self.gm = gm
+        self.pipeline = pipeline
+        self.dump_dir = dump_dir
+        self.name = _next_name()
+        self.dynamic = interchange.is_dynamic(gm)
+        self.specialized: dict[tuple, runtime.CompiledGraph] = {}
+        self.static: runtime.CompiledGraph | None = None
+        if not self.dynamic:
+            self.static = self._build({}, self.name)
+
+    def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
+        plan = interchange.export(self.gm, name, bindings)
+        return runtime.build(plan, self.pipeline, self.dump_dir)
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        compiled = self.static
+        if compiled is None:
+            bindings = interchange.symbol_bindings(self.gm, args)
+            key = tuple(sorted((str(k), v) for k, v in bindings.items()))
+            compiled = self.specialized.get(key)
+            if compiled is None:
+                name = f"{self.name}_s{len(self.specialized)}"
+                compiled = self._build(bindings, name)
+                self.specialized[key] = compiled
+        return compiled(args)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    """aot_autograd's compiler hook: a callable for one functional ATen graph. It takes the
+    arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them."""
+    compiler = GraphCompiler(gm, config.pipeline, config.dump_dir)
+    compiler._boxed_call = True
+    return compiler
+
+
+def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+    """The ``torch.compile`` backend."""
+    backend = aot_autograd(
+        fw_compiler=compile_graph,
+        bw_compiler=compile_graph,
+        decompositions=decompositions(),
+    )
+    return backend(gm, example_inputs, **kwargs)

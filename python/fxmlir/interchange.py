@@ -1,0 +1,331 @@
+"""FX graph → interchange document (``docs/interchange.md``).
+
+The exporter walks a functional ATen graph whose nodes carry FakeTensor ``meta["val"]``. Every
+argument is written in schema order with defaults filled in; ``getitem`` nodes become indexed
+references; symbolic sizes are evaluated against concrete ``bindings`` (one compile per binding),
+so the document itself is always static.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import operator
+import re
+from typing import Any
+
+import torch
+import torch.fx
+
+from ._fxmlir import INTERCHANGE_VERSION, UnsupportedOpError, GraphError
+
+FORMAT = "fxmlir.graph"
+
+DTYPES = {
+    torch.bool: "bool",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+}
+
+_TRACE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def source_of(node: torch.fx.Node) -> dict[str, Any] | None:
+    """The innermost user frame of a node's stack trace: ``{"file", "line", "code"}``."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    lines = trace.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _TRACE_LINE.search(lines[i])
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            out: dict[str, Any] = {"file": m.group(1), "line": int(m.group(2))}
+            if code:
+                out["code"] = code
+            return out
+    return None
+
+
+def describe(node: torch.fx.Node) -> str:
+    """``node `mm_3` (aten.mm.default) at model.py:12`` for error messages."""
+    src = source_of(node)
+    where = f" at {src['file']}:{src['line']}" if src else ""
+    return f"node `{node.name}` ({target_name(node)}){where}"
+
+
+def target_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+
+
+def evaluate(value: Any, bindings: dict[Any, int]) -> int:
+    """A concrete int from an int or SymInt under ``bindings`` (symbol → value)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        result = expr.xreplace(bindings) if bindings else expr
+        if getattr(result, "free_symbols", None):
+            raise GraphError(f"cannot evaluate symbolic size {expr} with bindings {bindings}")
+        return int(result)
+    raise GraphError(f"expected an int or SymInt, got {type(value).__name__}")
+
+
+def tensor_meta(t: torch.Tensor, bindings: dict[Any, int], whose: str) -> dict[str, Any]:
+    if t.dtype not in DTYPES:
+        raise UnsupportedOpError(f"{whose}: dtype {t.dtype} is not supported")
+    if t.device.type != "cpu":
+        raise UnsupportedOpError(f"{whose}: device {t.device} is not supported (CPU only)")
+    if t.layout != torch.strided:
+        raise UnsupportedOpError(f"{whose}: layout {t.layout} is not supported")
+    return {
+        "shape": [evaluate(d, bindings) for d in t.shape],
+        "strides": [evaluate(s, bindings) for s in t.stride()],
+        "dtype": DTYPES[t.dtype],
+        "device": "cpu",
+    }
+
+
+def symbol_bindings(gm: torch.fx.GraphModule, args: list[Any]) -> dict[Any, int]:
+    """Symbol → concrete value, read off the placeholders and the actual arguments."""
+    bindings: dict[Any, int] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        pairs: list[tuple[Any, Any]] = []
+        if isinstance(val, torch.SymInt):
+            pairs.append((val, arg))
+        elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            pairs.extend(zip(val.shape, arg.shape))
+            pairs.extend(zip(val.stride(), arg.stride()))
+        for sym, concrete in pairs:
+            if isinstance(sym, torch.SymInt):
+                expr = sym.node.expr
+                if getattr(expr, "is_Symbol", False):
+                    bindings[expr] = int(concrete)
+    return bindings
+
+
+def is_dynamic(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        for v in vals:
+            if isinstance(v, (torch.SymInt, torch.SymFloat)):
+                return True
+            if isinstance(v, torch.Tensor) and any(
+                isinstance(d, torch.SymInt) for d in (*v.shape, *v.stride())
+            ):
+                return True
+    return False
+
+
+@dataclasses.dataclass
+class Plan:
+    """How the runtime maps between the FX graph's calling convention and the kernel's."""
+
+    #: The interchange document.
+    document: dict[str, Any]
+    #: For each kernel input, the index of the graph argument it reads.
+    input_args: list[int]
+    #: For each graph output: ("kernel", i) | ("arg", i) | ("value", python_value).
+    outputs: list[tuple[str, Any]]
+
+    def to_json(self) -> str:
+        return json.dumps(self.document, indent=1, allow_nan=False)
+
+
+class Exporter:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, bindings: dict[Any, int]):
+        self.gm = gm
+        self.name = name
+        self.bindings = bindings
+        self.refs: dict[str, dict[str, Any]] = {}  # node name -> {"node", "index"}
+        self.values: dict[str, Any] = {}  # node name -> python value (SymInt-valued nodes)
+        self.arg_index: dict[str, int] = {}  # placeholder name -> argument index
+
+    def encode(self, value: Any, node: torch.fx.Node) -> dict[str, Any] | str:
+        if isinstance(value, torch.fx.Node):
+            if value.name in self.values:
+                return self.encode(self.values[value.name], node)
+            if value.name not in self.refs:
+                raise GraphError(f"{describe(node)} uses `{value.name}`, which is not a tensor")
+            return {"ref": self.refs[value.name]}
+        if isinstance(value, bool):
+            return {"bool": value}
+        if isinstance(value, (int, torch.SymInt)):
+            return {"int": evaluate(value, self.bindings)}
+        if isinstance(value, torch.SymFloat):
+            raise UnsupportedOpError(f"{describe(node)}: symbolic floats are not supported")
+        if isinstance(value, float):
+            if math.isnan(value):
+                return {"float": "nan"}
+            if math.isinf(value):
+                return {"float": "inf" if value > 0 else "-inf"}
+            return {"float": value}
+        if value is None:
+            return "none"
+        if isinstance(value, str):
+            return {"str": value}
+        if isinstance(value, torch.dtype):
+            if value not in DTYPES:
+                raise UnsupportedOpError(f"{describe(node)}: dtype {value} is not supported")
+            return {"dtype": DTYPES[value]}
+        if isinstance(value, torch.device):
+            return {"device": str(value)}
+        if isinstance(value, torch.layout):
+            return {"layout": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.memory_format):
+            return {"memory_format": str(value).removeprefix("torch.")}
+        if isinstance(value, (list, tuple)):
+            return {"list": [self.encode(v, node) for v in value]}
+        raise UnsupportedOpError(
+            f"{describe(node)}: argument of type {type(value).__name__} is not supported"
+        )
+
+    def normalized_args(self, node: torch.fx.Node) -> tuple[list[Any], list[str]]:
+        schema = node.target._schema
+        args, names = [], []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args):
+                value = node.args[i]
+            elif arg.name in node.kwargs:
+                value = node.kwargs[arg.name]
+            elif arg.has_default_value():
+                value = arg.default_value
+            else:
+                raise GraphError(f"{describe(node)}: missing argument `{arg.name}`")
+            args.append(self.encode(value, node))
+            names.append(arg.name)
+        return args, names
+
+    def export(self) -> Plan:
+        inputs, constants, nodes = [], [], []
+        placeholder_index = 0
+        for node in self.gm.graph.nodes:
+            val = node.meta.get("val")
+            if node.op == "placeholder":
+                index = placeholder_index
+                placeholder_index += 1
+                if isinstance(val, torch.Tensor):
+                    meta = tensor_meta(val, self.bindings, f"input `{node.name}`")
+                    inputs.append({"name": node.name, "meta": meta})
+                    self.refs[node.name] = {"node": node.name, "index": 0}
+                    self.arg_index[node.name] = index
+                elif isinstance(val, (int, torch.SymInt)):
+                    self.values[node.name] = evaluate(val, self.bindings)
+                else:
+                    raise UnsupportedOpError(
+                        f"input `{node.name}` of type {type(val).__name__} is not supported"
+                    )
+            elif node.op == "get_attr":
+                tensor = getattr(self.gm, node.target)
+                if not isinstance(tensor, torch.Tensor):
+                    raise UnsupportedOpError(f"attribute `{node.target}` is not a tensor")
+                tensor = tensor.detach().contiguous()
+                meta = tensor_meta(tensor, self.bindings, f"constant `{node.name}`")
+                data = tensor.view(torch.uint8) if tensor.numel() else tensor.new_empty(0, dtype=torch.uint8)
+                constants.append(
+                    {
+                        "name": node.name,
+                        "meta": meta,
+                        "data": base64.b64encode(data.numpy().tobytes()).decode(),
+                    }
+                )
+                self.refs[node.name] = {"node": node.name, "index": 0}
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    source, index = node.args
+                    if source.name in self.values:
+                        self.values[node.name] = self.values[source.name][index]
+                    else:
+                        self.refs[node.name] = {"node": source.name, "index": int(index)}
+                    continue
+                if isinstance(val, (int, torch.SymInt)):
+                    # Size arithmetic (sym_size, mul of sizes, ...) is evaluated here.
+                    self.values[node.name] = evaluate(val, self.bindings)
+                    continue
+                if not isinstance(node.target, torch._ops.OpOverload):
+                    raise UnsupportedOpError(
+                        f"{describe(node)}: only ATen/prims operators are supported"
+                    )
+                vals = list(val) if isinstance(val, (tuple, list)) else [val]
+                outputs = []
+                for i, v in enumerate(vals):
+                    if not isinstance(v, torch.Tensor):
+                        raise UnsupportedOpError(
+                            f"{describe(node)}: output {i} is {type(v).__name__}, not a tensor"
+                        )
+                    outputs.append(tensor_meta(v, self.bindings, describe(node)))
+                args, names = self.normalized_args(node)
+                entry: dict[str, Any] = {
+                    "name": node.name,
+                    "target": str(node.target),
+                    "args": args,
+                    "arg_names": names,
+                    "outputs": outputs,
+                }
+                source = source_of(node)
+                if source:
+                    entry["source"] = source
+                nodes.append(entry)
+                self.refs[node.name] = {"node": node.name, "index": 0}
+            elif node.op == "output":
+                return self.finish(node, inputs, constants, nodes)
+            else:
+                raise UnsupportedOpError(f"FX node kind `{node.op}` ({node.name}) is not supported")
+        raise GraphError("the graph has no output node")
+
+    def finish(self, output: torch.fx.Node, inputs, constants, nodes) -> Plan:
+        results = output.args[0]
+        if not isinstance(results, (tuple, list)):
+            results = [results]
+        kernel_outputs: list[dict[str, Any]] = []
+        plan_outputs: list[tuple[str, Any]] = []
+        for value in results:
+            if isinstance(value, torch.fx.Node) and value.name in self.arg_index:
+                plan_outputs.append(("arg", self.arg_index[value.name]))
+            elif isinstance(value, torch.fx.Node) and value.name in self.refs:
+                ref = self.refs[value.name]
+                if ref["node"] in self.arg_index:
+                    plan_outputs.append(("arg", self.arg_index[ref["node"]]))
+                    continue
+                if ref not in kernel_outputs:
+                    kernel_outputs.append(ref)
+                plan_outputs.append(("kernel", kernel_outputs.index(ref)))
+            elif isinstance(value, torch.fx.Node) and value.name in self.values:
+                plan_outputs.append(("value", self.values[value.name]))
+            elif value is None or isinstance(value, (int, float, bool)):
+                plan_outputs.append(("value", value))
+            else:
+                raise UnsupportedOpError(f"graph output {value!r} is not supported")
+        document = {
+            "format": FORMAT,
+            "version": INTERCHANGE_VERSION,
+            "name": self.name,
+            "inputs": inputs,
+            "constants": constants,
+            "nodes": nodes,
+            "outputs": kernel_outputs,
+        }
+        input_args = [self.arg_index[i["name"]] for i in inputs]
+        return Plan(document=document, input_args=input_args, outputs=plan_outputs)
+
+
+def export(gm: torch.fx.GraphModule, name: str, bindings: dict[Any, int] | None = None) -> Plan:
+    """Exports ``gm`` (a functional ATen graph with FakeTensor metadata)."""
+    return Exporter(gm, name, bindings or {}).export()

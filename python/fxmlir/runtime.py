@@ -1,0 +1,126 @@
+"""The call path of a compiled graph: check each argument against what was compiled, allocate
+the outputs with torch, pass data pointers to the kernel (no copies), assemble the results."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+
+from . import _fxmlir
+from ._fxmlir import CallError
+from .interchange import DTYPES, Plan
+
+log = logging.getLogger("fxmlir")
+
+_TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+
+
+def _format(shape: Sequence[int], strides: Sequence[int], dtype: Any) -> str:
+    name = DTYPES.get(dtype, str(dtype))
+    return f"{name}{list(shape)} strides {tuple(strides)}"
+
+
+class InputSpec:
+    __slots__ = ("name", "arg", "shape", "strides", "dtype", "checked_strides")
+
+    def __init__(self, name: str, arg: int, meta: dict[str, Any]):
+        self.name = name
+        self.arg = arg
+        self.shape = torch.Size(meta["shape"])
+        self.strides = tuple(meta["strides"])
+        self.dtype = _TORCH_DTYPES[meta["dtype"]]
+        # Strides of size-1 dimensions are never used to address memory.
+        self.checked_strides = tuple(
+            s if d > 1 else None for d, s in zip(meta["shape"], meta["strides"])
+        )
+
+    def check(self, graph: str, value: Any) -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            raise CallError(
+                f"graph `{graph}`, input `{self.name}` (argument {self.arg}): expected a tensor, "
+                f"got {type(value).__name__}"
+            )
+        ok = (
+            value.dtype == self.dtype
+            and value.shape == self.shape
+            and value.device.type == "cpu"
+            and value.layout == torch.strided
+            and all(
+                c is None or c == s for c, s in zip(self.checked_strides, value.stride())
+            )
+        )
+        if not ok:
+            raise CallError(
+                f"graph `{graph}`, input `{self.name}` (argument {self.arg}): compiled for "
+                f"{_format(self.shape, self.strides, self.dtype)} on cpu, got "
+                f"{_format(value.shape, value.stride(), value.dtype)} on {value.device}"
+            )
+        return value
+
+
+class CompiledGraph:
+    """A callable running one exported graph; ``kernel`` is None when no output needs code."""
+
+    def __init__(self, plan: Plan, kernel: _fxmlir.Kernel | None):
+        doc = plan.document
+        self.name: str = doc["name"]
+        self.plan = plan
+        self.kernel = kernel
+        self.inputs = [
+            InputSpec(i["name"], arg, i["meta"]) for i, arg in zip(doc["inputs"], plan.input_args)
+        ]
+        metas = []
+        for ref in doc["outputs"]:
+            metas.append(_meta_of(doc, ref))
+        self.outputs = [
+            (torch.Size(m["shape"]), tuple(m["strides"]), _TORCH_DTYPES[m["dtype"]]) for m in metas
+        ]
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        return self.kernel.timings if self.kernel is not None else []
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        if self.kernel is None:
+            results: list[Any] = []
+        else:
+            pointers = [spec.check(self.name, args[spec.arg]).data_ptr() for spec in self.inputs]
+            results = [
+                torch.empty_strided(shape, strides, dtype=dtype)
+                for shape, strides, dtype in self.outputs
+            ]
+            pointers.extend(t.data_ptr() for t in results)
+            self.kernel.run(pointers)
+        out = []
+        for kind, value in self.plan.outputs:
+            if kind == "kernel":
+                out.append(results[value])
+            elif kind == "arg":
+                out.append(args[value])
+            else:
+                out.append(value)
+        return out
+
+
+def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    for node in doc["nodes"]:
+        if node["name"] == ref["node"]:
+            return node["outputs"][ref["index"]]
+    for constant in doc["constants"]:
+        if constant["name"] == ref["node"]:
+            return constant["meta"]
+    raise CallError(f"output `{ref['node']}` has no metadata")
+
+
+def build(plan: Plan, pipeline: str, dump_dir: str | None) -> CompiledGraph:
+    """Compiles an exported plan (unless it needs no kernel) and wraps it for calling."""
+    if not plan.document["outputs"]:
+        return CompiledGraph(plan, None)
+    kernel = _fxmlir.compile(plan.to_json(), pipeline, dump_dir)
+    total = dict(kernel.timings).get("total", 0.0)
+    log.info("compiled graph %s in %.1f ms", kernel.name, total)
+    if dump_dir:
+        log.info("dumps of %s: %s", kernel.name, ", ".join(kernel.dumped))
+    return CompiledGraph(plan, kernel)

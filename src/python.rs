@@ -1,0 +1,159 @@
+//! The `fxmlir._fxmlir` extension module: compile an interchange document, run the result on
+//! data pointers, list the supported ops. Errors become Python exceptions; a Rust panic is
+//! caught and reported as an internal error rather than unwinding into Python.
+
+use crate::error::Error;
+use crate::runtime::{CompiledGraph, Options};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+
+create_exception!(_fxmlir, FxmlirError, PyException, "Base class of fxmlir errors.");
+create_exception!(_fxmlir, GraphError, FxmlirError, "The interchange graph is malformed or invalid.");
+create_exception!(_fxmlir, UnsupportedOpError, FxmlirError, "No lowering is registered for an op.");
+create_exception!(_fxmlir, LoweringError, FxmlirError, "An op could not be lowered.");
+create_exception!(_fxmlir, CompileError, FxmlirError, "A pass pipeline or the JIT failed.");
+create_exception!(_fxmlir, CallError, FxmlirError, "A compiled graph was called wrongly.");
+
+fn to_py(e: Error) -> PyErr {
+    let message = e.to_string();
+    match e {
+        Error::Json(_) | Error::InvalidGraph(_) => GraphError::new_err(message),
+        Error::UnsupportedOp(_) => UnsupportedOpError::new_err(message),
+        Error::Lowering { .. } => LoweringError::new_err(message),
+        Error::Call(_) => CallError::new_err(message),
+        _ => CompileError::new_err(message),
+    }
+}
+
+fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.map_err(to_py),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(FxmlirError::new_err(format!(
+                "internal error in fxmlir (a bug, please report it): {what}"
+            )))
+        }
+    }
+}
+
+/// A compiled graph: call `run` with the data pointers of inputs then outputs.
+#[pyclass(module = "fxmlir._fxmlir", frozen)]
+struct Kernel {
+    compiled: CompiledGraph,
+}
+
+#[pymethods]
+impl Kernel {
+    #[getter]
+    fn name(&self) -> String {
+        self.compiled.name.clone()
+    }
+
+    /// `[(stage, milliseconds)]` in the order the stages ran, ending with `total`.
+    #[getter]
+    fn timings(&self) -> Vec<(String, f64)> {
+        self.compiled
+            .timings
+            .iter()
+            .map(|(s, t)| (s.clone(), t.as_secs_f64() * 1e3))
+            .collect()
+    }
+
+    /// Paths of the files written under the dump directory.
+    #[getter]
+    fn dumped(&self) -> Vec<String> {
+        self.compiled
+            .dumped
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    }
+
+    #[getter]
+    fn arg_count(&self) -> usize {
+        self.compiled.inputs.len() + self.compiled.outputs.len()
+    }
+
+    /// Runs the kernel. The caller (fxmlir.runtime) has checked every tensor against the
+    /// compiled shapes, strides and dtypes and allocated the outputs.
+    fn run(&self, py: Python<'_>, pointers: Vec<usize>) -> PyResult<()> {
+        let compiled = &self.compiled;
+        // SAFETY: the Python runtime validates each tensor against the compiled metadata before
+        // passing its data pointer, and keeps the tensors alive across this call.
+        py.detach(|| guard(|| unsafe { compiled.call(&pointers) }))
+    }
+}
+
+/// Compiles an interchange document (JSON text).
+#[pyfunction]
+#[pyo3(signature = (json, pipeline = "default", dump_dir = None))]
+fn compile(py: Python<'_>, json: String, pipeline: &str, dump_dir: Option<PathBuf>) -> PyResult<Kernel> {
+    let options = Options {
+        pipeline: pipeline.to_string(),
+        dump_dir,
+    };
+    let compiled = py.detach(|| {
+        guard(|| {
+            let graph = crate::Graph::from_json(&json)?;
+            crate::compile(&graph, Some(&json), &options)
+        })
+    })?;
+    Ok(Kernel { compiled })
+}
+
+/// Lowers an interchange document and returns the MLIR text (no passes run).
+#[pyfunction]
+fn import_graph(json: String) -> PyResult<String> {
+    guard(|| {
+        let graph = crate::Graph::from_json(&json)?;
+        let context = crate::context::new_context();
+        let module = crate::lower::lower_graph(&context, &graph)?;
+        crate::pipeline::verify(&context, &module, &graph.name)?;
+        Ok(crate::pipeline::print_module(&module))
+    })
+}
+
+/// `[(aten_overload, family)]` for every registered lowering.
+#[pyfunction]
+fn supported_ops() -> PyResult<Vec<(String, String)>> {
+    guard(|| {
+        Ok(crate::supported_ops()?
+            .into_iter()
+            .map(|(op, family)| (op.to_string(), family.to_string()))
+            .collect())
+    })
+}
+
+/// Names of the registered pipelines.
+#[pyfunction]
+fn pipelines() -> Vec<String> {
+    crate::pipeline::PIPELINES.iter().map(|(n, _)| n.to_string()).collect()
+}
+
+#[pymodule]
+fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::logging::init();
+    let py = m.py();
+    m.add("FxmlirError", py.get_type::<FxmlirError>())?;
+    m.add("GraphError", py.get_type::<GraphError>())?;
+    m.add("UnsupportedOpError", py.get_type::<UnsupportedOpError>())?;
+    m.add("LoweringError", py.get_type::<LoweringError>())?;
+    m.add("CompileError", py.get_type::<CompileError>())?;
+    m.add("CallError", py.get_type::<CallError>())?;
+    m.add("INTERCHANGE_VERSION", crate::graph::VERSION)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Kernel>()?;
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(import_graph, m)?)?;
+    m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(pipelines, m)?)?;
+    Ok(())
+}
