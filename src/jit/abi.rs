@@ -3,6 +3,7 @@
 //! pointer through a packed argument array, and resolution of external symbols.
 
 use std::ffi::{CString, c_void};
+use std::sync::OnceLock;
 
 /// `void fxmlir_entry(void **descriptors)`.
 pub type EntryFn = unsafe extern "C" fn(*mut *mut c_void);
@@ -32,12 +33,29 @@ impl Descriptor {
     }
 }
 
-/// The address of a C symbol in this process (libm, libc), for the JIT's external calls.
+/// The address of a C symbol for the JIT's external calls: first whatever the process has
+/// loaded, then libm (which a Rust binary may not have linked when it calls no libm function).
 pub fn resolve(symbol: &str) -> Option<usize> {
     let name = CString::new(symbol).ok()?;
     // SAFETY: dlsym with RTLD_DEFAULT and a valid C string only reads the loaded images.
     let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if !address.is_null() {
+        return Some(address as usize);
+    }
+    let libm = libm_handle()?;
+    // SAFETY: `libm` is a live handle from dlopen; the name is a valid C string.
+    let address = unsafe { libc::dlsym(libm as *mut c_void, name.as_ptr()) };
     (!address.is_null()).then_some(address as usize)
+}
+
+fn libm_handle() -> Option<usize> {
+    static LIBM: OnceLock<usize> = OnceLock::new();
+    let handle = *LIBM.get_or_init(|| {
+        // SAFETY: dlopen of the system math library with a valid C string; the handle is kept
+        // for the life of the process.
+        unsafe { libc::dlopen(c"libm.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) as usize }
+    });
+    (handle != 0).then_some(handle)
 }
 
 #[cfg(test)]

@@ -1,0 +1,65 @@
+# fxmlir: `make demo` runs the main job, `make test` runs every test. Both set up first.
+
+SHELL := /bin/bash
+LLVM_PREFIX := /usr/lib/llvm-22
+APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-dev \
+                libpolly-22-dev libzstd-dev
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP_PACKAGES := "torch==2.15.*" "maturin>=1.5,<2" pytest lit numpy
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: setup apt venv build demo test test-rust test-lit test-python bench lint fmt op-list clean-dumps
+
+## setup: Debian packages, the venv with torch, a release build installed into the venv.
+setup: apt venv build
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	    | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:" $$missing; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PIP_PACKAGES)
+	touch $@
+
+## build: the extension into the venv (editable) and the CLIs onto the venv's PATH.
+build: venv
+	$(VENV)/bin/maturin develop --release -q
+	cargo build --release --bins -q
+	ln -sf $(CURDIR)/target/release/fxmlir $(VENV)/bin/fxmlir
+	ln -sf $(CURDIR)/target/release/fxmlir-opt $(VENV)/bin/fxmlir-opt
+
+## demo: compile an MLP and a transformer block, check against eager, show speed and dumps.
+demo: setup
+	$(PY) -m fxmlir.demo
+
+## test: cargo tests, the lit suite and the Python suite.
+test: setup test-rust test-lit test-python
+
+test-rust:
+	cargo test --release -q
+
+test-lit:
+	$(VENV)/bin/lit -sv lit-tests
+
+test-python:
+	$(PY) -m pytest -q python/tests
+
+## bench: eager vs Inductor vs fxmlir; results in bench-results/.
+bench: setup
+	$(PY) benches/run.py
+
+lint:
+	cargo fmt --check
+	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --all-targets --features python -- -D warnings

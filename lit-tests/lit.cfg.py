@@ -1,0 +1,61 @@
+# -*- Python -*-
+# lit configuration for the fxmlir FileCheck suite.
+#
+#   /work/main/.venv/bin/lit -v lit-tests
+#
+# RUN lines call the built tools by name: fxmlir-opt and fxmlir (from target/release, or
+# $FXMLIR_BIN_DIR) and FileCheck, not, split-file, mlir-opt (from /usr/lib/llvm-22/bin, or
+# $LLVM_BIN_DIR). Nothing here builds anything: run `cargo build --release` first.
+
+import os
+import shutil
+
+import lit.formats
+
+config.name = "fxmlir"
+config.test_format = lit.formats.ShTest(execute_external=False)
+# Graph-file tests are JSON chunks with `//` comment lines (RUN/CHECK); IR tests are .mlir.
+config.suffixes = [".mlir", ".json"]
+# Support files that are not tests.
+config.excludes = ["Inputs", "lit.cfg.py"]
+
+config.test_source_root = os.path.dirname(os.path.abspath(__file__))
+config.test_exec_root = os.path.join(config.test_source_root, "Output")
+
+repo_root = os.path.dirname(config.test_source_root)
+fxmlir_bin = os.path.abspath(
+    os.environ.get("FXMLIR_BIN_DIR") or os.path.join(repo_root, "target", "release")
+)
+llvm_bin = os.path.abspath(os.environ.get("LLVM_BIN_DIR") or "/usr/lib/llvm-22/bin")
+
+missing = []
+for tool in ("fxmlir", "fxmlir-opt"):
+    path = os.path.join(fxmlir_bin, tool)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        missing.append(path)
+if missing:
+    lit_config.fatal(
+        "fxmlir binaries not found: %s\n"
+        "Build them with `cargo build --release` or point FXMLIR_BIN_DIR at a directory "
+        "holding fxmlir and fxmlir-opt." % ", ".join(missing)
+    )
+for tool in ("FileCheck", "not", "mlir-opt", "split-file"):
+    path = os.path.join(llvm_bin, tool)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        lit_config.fatal(
+            "LLVM tool not found: %s\nInstall LLVM 22 or set LLVM_BIN_DIR to a directory "
+            "holding FileCheck, not, split-file and mlir-opt." % path
+        )
+
+# Tools resolve by name through PATH: our binaries first, then LLVM's, then the system's
+# (grep, cat, ls for the CLI tests).
+config.environment["PATH"] = os.pathsep.join(
+    [fxmlir_bin, llvm_bin, config.environment.get("PATH", os.environ.get("PATH", ""))]
+)
+# Deterministic, quiet tools: no dump directory or log filter leaks in from the caller.
+for var in ("FXMLIR_DUMP_DIR", "FXMLIR_LOG", "RUST_LOG"):
+    config.environment.pop(var, None)
+config.environment["RUST_BACKTRACE"] = "0"
+
+config.substitutions.append(("%fxmlir_bin", fxmlir_bin))
+config.substitutions.append(("%llvm_bin", llvm_bin))
