@@ -4,6 +4,8 @@ fxmlir lowers natively) and compiles each resulting functional ATen graph."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 import itertools
 import logging
@@ -21,6 +23,25 @@ log = logging.getLogger("fxmlir")
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRecord:
+    """One graph compiled in this process: its name, ATen node count, stage timings in ms
+    (ending with ``total``) and the dump files written for it."""
+
+    name: str
+    nodes: int
+    timings: tuple[tuple[str, float], ...]
+    dumped: tuple[str, ...]
+
+    @property
+    def total_ms(self) -> float:
+        return dict(self.timings).get("total", 0.0)
+
+
+#: The most recent compiles in this process, oldest first.
+history: collections.deque[CompileRecord] = collections.deque(maxlen=1000)
 
 
 def _next_name() -> str:
@@ -60,7 +81,17 @@ class GraphCompiler:
 
     def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
         plan = interchange.export(self.gm, name, bindings)
-        return runtime.build(plan, self.pipeline, self.dump_dir)
+        compiled = runtime.build(plan, self.pipeline, self.dump_dir)
+        kernel = compiled.kernel
+        history.append(
+            CompileRecord(
+                name=name,
+                nodes=len(plan.document["nodes"]),
+                timings=tuple(kernel.timings) if kernel else (),
+                dumped=tuple(kernel.dumped) if kernel else (),
+            )
+        )
+        return compiled
 
     def __call__(self, args: list[Any]) -> list[Any]:
         compiled = self.static

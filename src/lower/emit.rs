@@ -267,13 +267,29 @@ impl<'c, 'a> Emit<'c, 'a> {
     }
 
     pub fn cmpf(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
-        let p = self.attr(&format!("#arith<cmpf {predicate}>"))?;
+        const NAMES: [&str; 16] = [
+            "false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
+            "ule", "une", "uno", "true",
+        ];
+        let p = self.predicate(&NAMES, predicate)?;
         self.op1("arith.cmpf", &[a, b], self.ty("i1")?, &[("predicate", p)])
     }
 
     pub fn cmpi(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
-        let p = self.attr(&format!("#arith<cmpi {predicate}>"))?;
+        const NAMES: [&str; 10] = [
+            "eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge",
+        ];
+        let p = self.predicate(&NAMES, predicate)?;
         self.op1("arith.cmpi", &[a, b], self.ty("i1")?, &[("predicate", p)])
+    }
+
+    /// A comparison predicate: its position in the dialect's enum, as an i64 attribute.
+    fn predicate(&self, names: &[&str], name: &str) -> Result<Attribute<'c>> {
+        let index = names
+            .iter()
+            .position(|n| *n == name)
+            .ok_or_else(|| internal(format!("unknown comparison predicate `{name}`")))?;
+        self.attr(&format!("{index} : i64"))
     }
 
     /// A comparison in `dtype`'s domain: `pred` is one of eq, ne, lt, le, gt, ge.

@@ -105,7 +105,7 @@ fn lower_reduction<'c, 'a>(
         Reduce::Max | Reduce::Min => {
             let max = matches!(reduce, Reduce::Max);
             let dtype = x.dtype;
-            let init = extreme(dtype, !max);
+            let init = extreme(dtype, max);
             vec![ctx.reduce(&x, &dims, dtype, init, |b, a, v| {
                 b.same(min_max_op(dtype, max), &[a, v])
             })?]
