@@ -10,12 +10,42 @@ use pyo3::prelude::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
-create_exception!(_fxmlir, FxmlirError, PyException, "Base class of fxmlir errors.");
-create_exception!(_fxmlir, GraphError, FxmlirError, "The interchange graph is malformed or invalid.");
-create_exception!(_fxmlir, UnsupportedOpError, FxmlirError, "No lowering is registered for an op.");
-create_exception!(_fxmlir, LoweringError, FxmlirError, "An op could not be lowered.");
-create_exception!(_fxmlir, CompileError, FxmlirError, "A pass pipeline or the JIT failed.");
-create_exception!(_fxmlir, CallError, FxmlirError, "A compiled graph was called wrongly.");
+create_exception!(
+    _fxmlir,
+    FxmlirError,
+    PyException,
+    "Base class of fxmlir errors."
+);
+create_exception!(
+    _fxmlir,
+    GraphError,
+    FxmlirError,
+    "The interchange graph is malformed or invalid."
+);
+create_exception!(
+    _fxmlir,
+    UnsupportedOpError,
+    FxmlirError,
+    "No lowering is registered for an op."
+);
+create_exception!(
+    _fxmlir,
+    LoweringError,
+    FxmlirError,
+    "An op could not be lowered."
+);
+create_exception!(
+    _fxmlir,
+    CompileError,
+    FxmlirError,
+    "A pass pipeline or the JIT failed."
+);
+create_exception!(
+    _fxmlir,
+    CallError,
+    FxmlirError,
+    "A compiled graph was called wrongly."
+);
 
 fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
@@ -95,7 +125,12 @@ impl Kernel {
 /// Compiles an interchange document (JSON text).
 #[pyfunction]
 #[pyo3(signature = (json, pipeline = "default", dump_dir = None))]
-fn compile(py: Python<'_>, json: String, pipeline: &str, dump_dir: Option<PathBuf>) -> PyResult<Kernel> {
+fn compile(
+    py: Python<'_>,
+    json: String,
+    pipeline: &str,
+    dump_dir: Option<PathBuf>,
+) -> PyResult<Kernel> {
     let options = Options {
         pipeline: pipeline.to_string(),
         dump_dir,
@@ -135,7 +170,10 @@ fn supported_ops() -> PyResult<Vec<(String, String)>> {
 /// Names of the registered pipelines.
 #[pyfunction]
 fn pipelines() -> Vec<String> {
-    crate::pipeline::PIPELINES.iter().map(|(n, _)| n.to_string()).collect()
+    crate::pipeline::PIPELINES
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect()
 }
 
 #[pymodule]

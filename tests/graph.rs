@@ -8,22 +8,44 @@ use fxmlir::graph::{Arg, DType, Graph, Source};
 fn add_graph() -> Graph {
     graph(
         "g",
-        vec![input("x", meta(&[2, 3], DType::Float32)), input("y", meta(&[3], DType::Float32))],
-        vec![node("add", "aten.add.Tensor", vec![r("x"), r("y"), Arg::Int(1)], vec![meta(&[2, 3], DType::Float32)])],
+        vec![
+            input("x", meta(&[2, 3], DType::Float32)),
+            input("y", meta(&[3], DType::Float32)),
+        ],
+        vec![node(
+            "add",
+            "aten.add.Tensor",
+            vec![r("x"), r("y"), Arg::Int(1)],
+            vec![meta(&[2, 3], DType::Float32)],
+        )],
         &["add"],
     )
 }
 
 fn expect_invalid(g: &Graph, needle: &str) {
-    let err = g.validate().expect_err("graph should be invalid").to_string();
-    assert!(err.contains(needle), "error `{err}` should mention `{needle}`");
+    let err = g
+        .validate()
+        .expect_err("graph should be invalid")
+        .to_string();
+    assert!(
+        err.contains(needle),
+        "error `{err}` should mention `{needle}`"
+    );
 }
 
 #[test]
 fn json_round_trip_preserves_the_graph() {
     let mut g = add_graph();
-    g.nodes[0].source = Some(Source { file: "m.py".into(), line: 7, code: Some("x + y".into()) });
-    g.nodes[0].args.push(Arg::Float(fxmlir::graph::FloatLit::Special(fxmlir::graph::SpecialFloat::NegInf)));
+    g.nodes[0].source = Some(Source {
+        file: "m.py".into(),
+        line: 7,
+        code: Some("x + y".into()),
+    });
+    g.nodes[0]
+        .args
+        .push(Arg::Float(fxmlir::graph::FloatLit::Special(
+            fxmlir::graph::SpecialFloat::NegInf,
+        )));
     let text = g.to_json().unwrap();
     let back = Graph::from_json(&text).unwrap();
     assert_eq!(back, g);
@@ -87,7 +109,14 @@ fn rejects_bad_graph_names() {
 
 #[test]
 fn malformed_json_is_an_error_not_a_panic() {
-    for text in ["", "{", "[]", "{\"format\": 1}", "null", "{\"format\":\"fxmlir.graph\",\"version\":1}"] {
+    for text in [
+        "",
+        "{",
+        "[]",
+        "{\"format\": 1}",
+        "null",
+        "{\"format\":\"fxmlir.graph\",\"version\":1}",
+    ] {
         let err = Graph::from_json(text).expect_err(text);
         assert!(err.to_string().starts_with("malformed graph"), "{err}");
     }

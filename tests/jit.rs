@@ -9,7 +9,10 @@ use fxmlir::{Error, Options, compile};
 
 fn run(g: &fxmlir::Graph, buffers: &mut [&mut [f32]]) {
     let compiled = compile(g, None, &Options::default()).expect("compiles");
-    let pointers: Vec<usize> = buffers.iter_mut().map(|b| b.as_mut_ptr() as usize).collect();
+    let pointers: Vec<usize> = buffers
+        .iter_mut()
+        .map(|b| b.as_mut_ptr() as usize)
+        .collect();
     // SAFETY: each buffer matches the graph's metadata.
     unsafe { compiled.call(&pointers).expect("runs") };
 }
@@ -18,8 +21,16 @@ fn run(g: &fxmlir::Graph, buffers: &mut [&mut [f32]]) {
 fn broadcast_add_with_alpha() {
     let g = graph(
         "bcast",
-        vec![input("x", meta(&[2, 3], DType::Float32)), input("y", meta(&[3], DType::Float32))],
-        vec![node("add", "aten.add.Tensor", vec![r("x"), r("y"), Arg::Int(2)], vec![meta(&[2, 3], DType::Float32)])],
+        vec![
+            input("x", meta(&[2, 3], DType::Float32)),
+            input("y", meta(&[3], DType::Float32)),
+        ],
+        vec![node(
+            "add",
+            "aten.add.Tensor",
+            vec![r("x"), r("y"), Arg::Int(2)],
+            vec![meta(&[2, 3], DType::Float32)],
+        )],
         &["add"],
     );
     let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
@@ -35,7 +46,12 @@ fn strided_input_is_read_through_its_strides() {
     let g = graph(
         "strided",
         vec![input("x", strided(&[2, 3], &[1, 2], DType::Float32))],
-        vec![node("neg", "aten.neg.default", vec![r("x")], vec![meta(&[2, 3], DType::Float32)])],
+        vec![node(
+            "neg",
+            "aten.neg.default",
+            vec![r("x")],
+            vec![meta(&[2, 3], DType::Float32)],
+        )],
         &["neg"],
     );
     let mut base = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
@@ -49,8 +65,16 @@ fn matmul_and_strided_output() {
     // out = x @ w written into a column-major ([1, 2]-strided) 2x2 buffer.
     let g = graph(
         "mm",
-        vec![input("x", meta(&[2, 3], DType::Float32)), input("w", meta(&[3, 2], DType::Float32))],
-        vec![node("mm", "aten.mm.default", vec![r("x"), r("w")], vec![strided(&[2, 2], &[1, 2], DType::Float32)])],
+        vec![
+            input("x", meta(&[2, 3], DType::Float32)),
+            input("w", meta(&[3, 2], DType::Float32)),
+        ],
+        vec![node(
+            "mm",
+            "aten.mm.default",
+            vec![r("x"), r("w")],
+            vec![strided(&[2, 2], &[1, 2], DType::Float32)],
+        )],
         &["mm"],
     );
     let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
@@ -66,7 +90,12 @@ fn call_checks_the_buffer_count() {
     let g = graph(
         "count",
         vec![input("x", meta(&[2], DType::Float32))],
-        vec![node("neg", "aten.neg.default", vec![r("x")], vec![meta(&[2], DType::Float32)])],
+        vec![node(
+            "neg",
+            "aten.neg.default",
+            vec![r("x")],
+            vec![meta(&[2], DType::Float32)],
+        )],
         &["neg"],
     );
     let compiled = compile(&g, None, &Options::default()).unwrap();
@@ -77,10 +106,26 @@ fn call_checks_the_buffer_count() {
 
 #[test]
 fn unsupported_op_names_node_and_source() {
-    let mut n = node("fft", "aten.fft_fft.default", vec![r("x")], vec![meta(&[4], DType::Float32)]);
-    n.source = Some(Source { file: "model.py".into(), line: 12, code: None });
-    let g = graph("unsupported", vec![input("x", meta(&[4], DType::Float32))], vec![n], &["fft"]);
-    let err = compile(&g, None, &Options::default()).err().expect("must fail");
+    let mut n = node(
+        "fft",
+        "aten.fft_fft.default",
+        vec![r("x")],
+        vec![meta(&[4], DType::Float32)],
+    );
+    n.source = Some(Source {
+        file: "model.py".into(),
+        line: 12,
+        code: None,
+    });
+    let g = graph(
+        "unsupported",
+        vec![input("x", meta(&[4], DType::Float32))],
+        vec![n],
+        &["fft"],
+    );
+    let err = compile(&g, None, &Options::default())
+        .err()
+        .expect("must fail");
     assert!(matches!(err, Error::UnsupportedOp(_)));
     let text = err.to_string();
     for needle in ["aten.fft_fft.default", "`fft`", "model.py:12"] {
@@ -101,8 +146,14 @@ fn lowering_errors_name_the_node() {
         )],
         &["permute"],
     );
-    let err = compile(&g, None, &Options::default()).err().expect("must fail").to_string();
-    assert!(err.contains("`permute`") && err.contains("not a permutation"), "{err}");
+    let err = compile(&g, None, &Options::default())
+        .err()
+        .expect("must fail")
+        .to_string();
+    assert!(
+        err.contains("`permute`") && err.contains("not a permutation"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -110,11 +161,19 @@ fn wrong_recorded_output_type_is_caught() {
     let g = graph(
         "badmeta",
         vec![input("x", meta(&[2], DType::Float32))],
-        vec![node("neg", "aten.neg.default", vec![r("x")], vec![meta(&[3], DType::Float32)])],
+        vec![node(
+            "neg",
+            "aten.neg.default",
+            vec![r("x")],
+            vec![meta(&[3], DType::Float32)],
+        )],
         &["neg"],
     );
     // The verifier rejects the mismatched loop bounds and points at the node.
-    let err = compile(&g, None, &Options::default()).err().expect("must fail").to_string();
+    let err = compile(&g, None, &Options::default())
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(err.contains("aten.neg.default (neg)"), "{err}");
 }
 
@@ -124,15 +183,35 @@ fn dumps_every_stage() {
     let g = graph(
         "dumped",
         vec![input("x", meta(&[4], DType::Float32))],
-        vec![node("exp", "aten.exp.default", vec![r("x")], vec![meta(&[4], DType::Float32)])],
+        vec![node(
+            "exp",
+            "aten.exp.default",
+            vec![r("x")],
+            vec![meta(&[4], DType::Float32)],
+        )],
         &["exp"],
     );
-    let options = Options { dump_dir: Some(dir.clone()), ..Options::default() };
+    let options = Options {
+        dump_dir: Some(dir.clone()),
+        ..Options::default()
+    };
     let compiled = compile(&g, Some("{}"), &options).unwrap();
-    for suffix in ["fx.json", "00-input.mlir", "01-fusion.mlir", "02-bufferize.mlir", "03-loops.mlir", "04-llvm.mlir", "ll"] {
+    for suffix in [
+        "fx.json",
+        "00-input.mlir",
+        "01-fusion.mlir",
+        "02-bufferize.mlir",
+        "03-loops.mlir",
+        "04-llvm.mlir",
+        "ll",
+    ] {
         let path = dir.join(format!("dumped.{suffix}"));
         assert!(path.exists(), "{} missing", path.display());
-        assert!(compiled.dumped.contains(&path), "{} not reported", path.display());
+        assert!(
+            compiled.dumped.contains(&path),
+            "{} not reported",
+            path.display()
+        );
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -142,10 +221,21 @@ fn unknown_pipeline_is_an_error() {
     let g = graph(
         "pipe",
         vec![input("x", meta(&[4], DType::Float32))],
-        vec![node("exp", "aten.exp.default", vec![r("x")], vec![meta(&[4], DType::Float32)])],
+        vec![node(
+            "exp",
+            "aten.exp.default",
+            vec![r("x")],
+            vec![meta(&[4], DType::Float32)],
+        )],
         &["exp"],
     );
-    let options = Options { pipeline: "warp-speed".into(), ..Options::default() };
-    let err = compile(&g, None, &options).err().expect("must fail").to_string();
+    let options = Options {
+        pipeline: "warp-speed".into(),
+        ..Options::default()
+    };
+    let err = compile(&g, None, &options)
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(err.contains("no such named pipeline"), "{err}");
 }

@@ -10,7 +10,11 @@ use std::io::Read;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "fxmlir-opt", version, about = "Run fxmlir pipelines over MLIR or graph files")]
+#[command(
+    name = "fxmlir-opt",
+    version,
+    about = "Run fxmlir pipelines over MLIR or graph files"
+)]
 struct Cli {
     /// Input file (`-` for stdin).
     #[arg(default_value = "-")]
@@ -96,7 +100,8 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
         module
     } else {
         let diagnostics = pipeline::Diagnostics::capture(&context);
-        Module::parse(&context, chunk).ok_or_else(|| anyhow!("cannot parse the input:\n{}", diagnostics.take()))?
+        Module::parse(&context, chunk)
+            .ok_or_else(|| anyhow!("cannot parse the input:\n{}", diagnostics.take()))?
     };
     if let Some(name) = &cli.pipeline {
         pipeline::run_stages(&context, &mut module, pipeline::named(name)?, None, 1)?;

@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "fxmlir", version, about = "Compile PyTorch FX graphs through MLIR and LLVM")]
+#[command(
+    name = "fxmlir",
+    version,
+    about = "Compile PyTorch FX graphs through MLIR and LLVM"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -59,7 +63,8 @@ impl CompileArgs {
 }
 
 fn load(file: &PathBuf) -> Result<(Graph, String)> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let graph = Graph::from_json(&text).with_context(|| format!("in {}", file.display()))?;
     Ok((graph, text))
 }
@@ -89,7 +94,12 @@ fn run(cli: Cli) -> Result<()> {
             let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
             print_timings(&compiled);
         }
-        Command::Run { file, options, seed, repeat } => {
+        Command::Run {
+            file,
+            options,
+            seed,
+            repeat,
+        } => {
             let (graph, text) = load(&file)?;
             let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
             print_timings(&compiled);
@@ -125,7 +135,12 @@ impl Buffer {
         let extent: i64 = if meta.shape.contains(&0) {
             0
         } else {
-            1 + meta.shape.iter().zip(&meta.strides).map(|(d, s)| (d - 1) * s).sum::<i64>()
+            1 + meta
+                .shape
+                .iter()
+                .zip(&meta.strides)
+                .map(|(d, s)| (d - 1) * s)
+                .sum::<i64>()
         };
         let bytes = extent as usize * meta.dtype.byte_size();
         Buffer {
@@ -136,19 +151,27 @@ impl Buffer {
 
     fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: a u64 buffer viewed as bytes; length in bytes is 8× the word count.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.words.len() * 8) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.words.len() * 8)
+        }
     }
 
     fn element(&self, i: usize) -> f64 {
         // SAFETY: reads within the buffer; `i` is below the element count by construction.
-        let b: &[u8] = unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) };
+        let b: &[u8] =
+            unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) };
         let n = self.meta.dtype.byte_size();
         let raw = &b[i * n..(i + 1) * n];
         match self.meta.dtype {
             DType::Float32 => f32::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
             DType::Float64 => f64::from_le_bytes(raw.try_into().unwrap_or_default()),
-            DType::Float16 => half_to_f64(u16::from_le_bytes(raw.try_into().unwrap_or_default()), false),
-            DType::Bfloat16 => half_to_f64(u16::from_le_bytes(raw.try_into().unwrap_or_default()), true),
+            DType::Float16 => half_to_f64(
+                u16::from_le_bytes(raw.try_into().unwrap_or_default()),
+                false,
+            ),
+            DType::Bfloat16 => {
+                half_to_f64(u16::from_le_bytes(raw.try_into().unwrap_or_default()), true)
+            }
             DType::Int64 => i64::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
             DType::Int32 => i32::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
             DType::Int16 => i16::from_le_bytes(raw.try_into().unwrap_or_default()) as f64,
@@ -187,9 +210,13 @@ fn fill_random(buffer: &mut Buffer, state: &mut u64) {
         match dtype {
             DType::Float32 => chunk.copy_from_slice(&(unit as f32).to_le_bytes()),
             DType::Float64 => chunk.copy_from_slice(&unit.to_le_bytes()),
-            DType::Bfloat16 => chunk.copy_from_slice(&(((unit as f32).to_bits() >> 16) as u16).to_le_bytes()),
+            DType::Bfloat16 => {
+                chunk.copy_from_slice(&(((unit as f32).to_bits() >> 16) as u16).to_le_bytes())
+            }
             // 0x3C00 is 1.0 in f16; a random mantissa keeps values in [1, 2).
-            DType::Float16 => chunk.copy_from_slice(&(0x3C00u16 | ((*state >> 20) as u16 & 0x3ff)).to_le_bytes()),
+            DType::Float16 => {
+                chunk.copy_from_slice(&(0x3C00u16 | ((*state >> 20) as u16 & 0x3ff)).to_le_bytes())
+            }
             DType::Int64 => chunk.copy_from_slice(&small.to_le_bytes()),
             DType::Int32 => chunk.copy_from_slice(&(small as i32).to_le_bytes()),
             DType::Int16 => chunk.copy_from_slice(&(small as i16).to_le_bytes()),
@@ -207,7 +234,10 @@ fn run_random(compiled: &fxmlir::CompiledGraph, seed: u64, repeat: usize) -> Res
         fill_random(b, &mut state);
     }
     buffers.extend(compiled.outputs.iter().map(Buffer::new));
-    let pointers: Vec<usize> = buffers.iter_mut().map(|b| b.words.as_mut_ptr() as usize).collect();
+    let pointers: Vec<usize> = buffers
+        .iter_mut()
+        .map(|b| b.words.as_mut_ptr() as usize)
+        .collect();
     if pointers.len() != compiled.inputs.len() + compiled.outputs.len() {
         bail!("internal: buffer count mismatch");
     }
@@ -222,7 +252,10 @@ fn run_random(compiled: &fxmlir::CompiledGraph, seed: u64, repeat: usize) -> Res
     }
     println!("first call {:.3} ms", first.as_secs_f64() * 1e3);
     if repeat > 0 {
-        println!("mean of {repeat} calls {:.3} ms", start.elapsed().as_secs_f64() * 1e3 / repeat as f64);
+        println!(
+            "mean of {repeat} calls {:.3} ms",
+            start.elapsed().as_secs_f64() * 1e3 / repeat as f64
+        );
     }
     for (i, b) in buffers[compiled.inputs.len()..].iter().enumerate() {
         let count = b.meta.numel() as usize;

@@ -232,17 +232,35 @@ mod tests {
     fn result_type_respects_operand_priority() {
         let t = |dtype, rank| Operand::Tensor { dtype, rank };
         // int tensor + float scalar -> default float
-        assert_eq!(result_type(&[t(Int64, 2), Operand::Scalar(ScalarKind::Float)], Float32), Float32);
+        assert_eq!(
+            result_type(&[t(Int64, 2), Operand::Scalar(ScalarKind::Float)], Float32),
+            Float32
+        );
         // f16 tensor + float scalar -> f16
-        assert_eq!(result_type(&[t(Float16, 2), Operand::Scalar(ScalarKind::Float)], Float32), Float16);
+        assert_eq!(
+            result_type(
+                &[t(Float16, 2), Operand::Scalar(ScalarKind::Float)],
+                Float32
+            ),
+            Float16
+        );
         // f32 tensor + f64 zero-dim tensor -> f32
-        assert_eq!(result_type(&[t(Float32, 2), t(Float64, 0)], Float32), Float32);
+        assert_eq!(
+            result_type(&[t(Float32, 2), t(Float64, 0)], Float32),
+            Float32
+        );
         // i32 tensor + f64 zero-dim tensor -> f64
         assert_eq!(result_type(&[t(Int32, 1), t(Float64, 0)], Float32), Float64);
         // u8 tensor + int scalar -> u8
-        assert_eq!(result_type(&[t(Uint8, 1), Operand::Scalar(ScalarKind::Int)], Float32), Uint8);
+        assert_eq!(
+            result_type(&[t(Uint8, 1), Operand::Scalar(ScalarKind::Int)], Float32),
+            Uint8
+        );
         // bool tensor + int scalar -> i64
-        assert_eq!(result_type(&[t(Bool, 1), Operand::Scalar(ScalarKind::Int)], Float32), Int64);
+        assert_eq!(
+            result_type(&[t(Bool, 1), Operand::Scalar(ScalarKind::Int)], Float32),
+            Int64
+        );
         // zero-dim tensors alone promote normally
         assert_eq!(result_type(&[t(Int32, 0), t(Int64, 0)], Float32), Int64);
     }

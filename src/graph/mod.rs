@@ -159,7 +159,10 @@ impl Node {
         NodeSite {
             node: self.name.clone(),
             op: self.target.clone(),
-            source: self.source.as_ref().map(|s| format!("{}:{}", s.file, s.line)),
+            source: self
+                .source
+                .as_ref()
+                .map(|s| format!("{}:{}", s.file, s.line)),
         }
     }
 }

@@ -18,7 +18,11 @@ impl Graph {
                 self.version
             ));
         }
-        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return bad(format!(
                 "graph name `{}` must be non-empty ASCII letters, digits and `_`",
@@ -100,7 +104,10 @@ fn check_refs(arg: &Arg, defined: &HashMap<&str, usize>, whose: &str) -> Result<
 fn check_meta(meta: &TensorMeta, whose: &str) -> Result<()> {
     let bad = |msg: String| Err(Error::InvalidGraph(format!("{whose}: {msg}")));
     if meta.rank() > MAX_RANK {
-        return bad(format!("rank {} exceeds the maximum of {MAX_RANK}", meta.rank()));
+        return bad(format!(
+            "rank {} exceeds the maximum of {MAX_RANK}",
+            meta.rank()
+        ));
     }
     if meta.shape.len() != meta.strides.len() {
         return bad(format!(

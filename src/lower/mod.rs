@@ -1,8 +1,8 @@
 //! Lowering from the interchange graph to MLIR on tensors. One [`Registry`] maps each ATen
 //! overload to its lowering; each op family registers its rows from its own file.
 
-mod data_movement;
 mod creation;
+mod data_movement;
 mod elementwise;
 pub mod emit;
 mod linear;
@@ -26,14 +26,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 /// The signature every lowering has.
-pub type LowerFn = dyn for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
-    + Send
-    + Sync;
+pub type LowerFn =
+    dyn for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>> + Send + Sync;
 
 pub struct Lowering {
     pub family: &'static str,
     pub lower: Box<LowerFn>,
 }
+
+/// A family file's registration function.
+type Register = fn(&mut Registry);
 
 /// ATen overload → lowering. Building it fails on a duplicate key.
 #[derive(Default)]
@@ -62,7 +64,7 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
-        let families: [(&'static str, fn(&mut Registry)); 6] = [
+        let families: [(&'static str, Register); 6] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
             ("linear", linear::register),
@@ -178,10 +180,9 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
     fn tensor_of(&self, arg: &Arg) -> Result<Option<Tensor<'c, 'a>>> {
         let Arg::Ref(r) = arg else { return Ok(None) };
         let meta = self.meta_of(r)?;
-        let value = *self
-            .values
-            .get(r)
-            .ok_or_else(|| Error::InvalidGraph(format!("`{}` is used before it is defined", r.node)))?;
+        let value = *self.values.get(r).ok_or_else(|| {
+            Error::InvalidGraph(format!("`{}` is used before it is defined", r.node))
+        })?;
         Ok(Some(Tensor {
             value,
             shape: meta.shape.clone(),
@@ -199,8 +200,11 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         match node.args.get(index) {
             None | Some(Arg::None) => Ok(None),
             Some(arg) => self.tensor_of(arg)?.map(Some).ok_or_else(|| {
-                fail::<()>(format!("{} must be a tensor or None", Self::arg_name(node, index)))
-                    .unwrap_err()
+                fail::<()>(format!(
+                    "{} must be a tensor or None",
+                    Self::arg_name(node, index)
+                ))
+                .unwrap_err()
             }),
         }
     }
@@ -216,7 +220,10 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
                     })
                 })
                 .collect(),
-            _ => fail(format!("{} must be a list of tensors", Self::arg_name(node, index))),
+            _ => fail(format!(
+                "{} must be a list of tensors",
+                Self::arg_name(node, index)
+            )),
         }
     }
 
@@ -227,8 +234,11 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             return Ok(Operand::Tensor(t));
         }
         scalar_of(arg).map(Operand::Scalar).ok_or_else(|| {
-            fail::<()>(format!("{} must be a tensor or a number", Self::arg_name(node, index)))
-                .unwrap_err()
+            fail::<()>(format!(
+                "{} must be a tensor or a number",
+                Self::arg_name(node, index)
+            ))
+            .unwrap_err()
         })
     }
 
@@ -283,7 +293,10 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
                 })
                 .collect(),
             Arg::Int(i) => Ok(vec![*i]),
-            _ => fail(format!("{} must be a list of ints", Self::arg_name(node, index))),
+            _ => fail(format!(
+                "{} must be a list of ints",
+                Self::arg_name(node, index)
+            )),
         }
     }
 
@@ -338,17 +351,19 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         }
         let init = self.e.empty(out_shape, out_dtype)?;
         let outputs = [(init, emit::identity_map(rank))];
-        let results = self.e.generic(&inputs, &outputs, &vec![Iter::Parallel; rank], |b, args| {
-            let mut values = Vec::new();
-            for (slot, compute) in &slots {
-                values.push(match slot {
-                    Ok(s) => b.constant(*s, *compute)?,
-                    Err((i, dtype)) => b.convert(args[*i], *dtype, *compute)?,
-                });
-            }
-            let result = body(b, &values)?;
-            Ok(vec![b.convert(result, produces, out_dtype)?])
-        })?;
+        let results =
+            self.e
+                .generic(&inputs, &outputs, &vec![Iter::Parallel; rank], |b, args| {
+                    let mut values = Vec::new();
+                    for (slot, compute) in &slots {
+                        values.push(match slot {
+                            Ok(s) => b.constant(*s, *compute)?,
+                            Err((i, dtype)) => b.convert(args[*i], *dtype, *compute)?,
+                        });
+                    }
+                    let result = body(b, &values)?;
+                    Ok(vec![b.convert(result, produces, out_dtype)?])
+                })?;
         Ok(results[0])
     }
 
@@ -370,7 +385,13 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         let out_shape: Vec<i64> = kept.iter().map(|&d| input.shape[d]).collect();
         let init = self.e.splat(&out_shape, acc, init)?;
         let iters: Vec<Iter> = (0..rank)
-            .map(|d| if dims.contains(&d) { Iter::Reduction } else { Iter::Parallel })
+            .map(|d| {
+                if dims.contains(&d) {
+                    Iter::Reduction
+                } else {
+                    Iter::Parallel
+                }
+            })
             .collect();
         let out_map = emit::affine_map(rank, &kept.iter().map(|&d| Some(d)).collect::<Vec<_>>());
         let from = input.dtype;
@@ -459,7 +480,9 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
     let mut arg_types = Vec::new();
     for input in &graph.inputs {
         let m = &input.meta;
-        arg_types.push(parse(&emit::memref_type_text(&m.shape, &m.strides, m.dtype))?);
+        arg_types.push(parse(&emit::memref_type_text(
+            &m.shape, &m.strides, m.dtype,
+        ))?);
     }
     let output_metas: Vec<&TensorMeta> = graph
         .outputs
@@ -471,7 +494,9 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
         })
         .collect::<Result<_>>()?;
     for m in &output_metas {
-        arg_types.push(parse(&emit::memref_type_text(&m.shape, &m.strides, m.dtype))?);
+        arg_types.push(parse(&emit::memref_type_text(
+            &m.shape, &m.strides, m.dtype,
+        ))?);
     }
 
     let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
@@ -489,18 +514,38 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
         };
         let restrict = Attribute::unit(context);
         for (i, input) in graph.inputs.iter().enumerate() {
-            let arg: Value = block.argument(i).map_err(|e| Error::Llvm(e.to_string()))?.into();
+            let arg: Value = block
+                .argument(i)
+                .map_err(|e| Error::Llvm(e.to_string()))?
+                .into();
             let ty = ctx.e.tensor_type(&input.meta.shape, input.meta.dtype)?;
             let loc = Location::name(context, &input.name, Location::unknown(context));
             let e = Emit { loc, ..entry };
-            let t = e.op1("bufferization.to_tensor", &[arg], ty, &[("restrict", restrict)])?;
-            ctx.values.insert(ValueRef { node: input.name.clone(), index: 0 }, t);
+            let t = e.op1(
+                "bufferization.to_tensor",
+                &[arg],
+                ty,
+                &[("restrict", restrict)],
+            )?;
+            ctx.values.insert(
+                ValueRef {
+                    node: input.name.clone(),
+                    index: 0,
+                },
+                t,
+            );
         }
         for constant in &graph.constants {
             let loc = Location::name(context, &constant.name, Location::unknown(context));
             let e = Emit { loc, ..entry };
             let v = constant_tensor(&e, constant)?;
-            ctx.values.insert(ValueRef { node: constant.name.clone(), index: 0 }, v);
+            ctx.values.insert(
+                ValueRef {
+                    node: constant.name.clone(),
+                    index: 0,
+                },
+                v,
+            );
         }
         for node in &graph.nodes {
             let site = node.site();
@@ -533,7 +578,13 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
                         &site,
                     ));
                 }
-                ctx.values.insert(ValueRef { node: node.name.clone(), index }, value);
+                ctx.values.insert(
+                    ValueRef {
+                        node: node.name.clone(),
+                        index,
+                    },
+                    value,
+                );
             }
         }
         let unit = Attribute::unit(context);
@@ -605,10 +656,17 @@ fn constant_tensor<'c, 'a>(e: &Emit<'c, 'a>, c: &crate::graph::Constant) -> Resu
     }
     // Bool data is written as a flat list of literals and reshaped; other types as raw hex.
     let flat_bool = meta.dtype.is_bool() && meta.rank() > 0;
-    let literal_shape = if flat_bool { vec![meta.numel()] } else { meta.shape.clone() };
+    let literal_shape = if flat_bool {
+        vec![meta.numel()]
+    } else {
+        meta.shape.clone()
+    };
     let ty = emit::tensor_type_text(&literal_shape, meta.dtype);
     let text = if meta.dtype.is_bool() {
-        let items: Vec<&str> = bytes.iter().map(|b| if *b != 0 { "true" } else { "false" }).collect();
+        let items: Vec<&str> = bytes
+            .iter()
+            .map(|b| if *b != 0 { "true" } else { "false" })
+            .collect();
         if flat_bool {
             format!("dense<[{}]> : {ty}", items.join(", "))
         } else {
