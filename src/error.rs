@@ -25,8 +25,9 @@ impl fmt::Display for NodeSite {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The document is not valid interchange JSON (serde's message, with line and column).
     #[error("malformed graph: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(String),
 
     #[error("invalid graph: {0}")]
     InvalidGraph(String),
@@ -65,6 +66,12 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Json(e.to_string())
+    }
+}
 
 impl Error {
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {

@@ -88,10 +88,11 @@ fn run(cli: Cli) -> Result<bool> {
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context();
     let mut module = if cli.import {
-        // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON.
+        // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
+        // blanked rather than dropped so that parse errors report the file's own lines.
         let json: String = chunk
             .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
+            .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
             .collect::<Vec<_>>()
             .join("\n");
         let graph = fxmlir::Graph::from_json(&json)?;

@@ -181,6 +181,17 @@ impl Buffer {
     }
 }
 
+/// The storage offset of the `linear`-th element in row-major order.
+fn strided_offset(linear: usize, meta: &TensorMeta) -> usize {
+    let mut rest = linear as i64;
+    let mut offset = 0;
+    for (size, stride) in meta.shape.iter().zip(&meta.strides).rev() {
+        offset += (rest % size) * stride;
+        rest /= size;
+    }
+    offset as usize
+}
+
 fn half_to_f64(bits: u16, bfloat: bool) -> f64 {
     if bfloat {
         return f32::from_bits((bits as u32) << 16) as f64;
@@ -259,15 +270,12 @@ fn run_random(compiled: &fxmlir::CompiledGraph, seed: u64, repeat: usize) -> Res
     }
     for (i, b) in buffers[compiled.inputs.len()..].iter().enumerate() {
         let count = b.meta.numel() as usize;
-        let contiguous = b.meta.is_contiguous();
         let (mut sum, mut shown) = (0.0, Vec::new());
-        if contiguous {
-            for j in 0..count {
-                let v = b.element(j);
-                sum += v;
-                if j < 4 {
-                    shown.push(format!("{v:.6}"));
-                }
+        for j in 0..count {
+            let v = b.element(strided_offset(j, &b.meta));
+            sum += v;
+            if j < 4 {
+                shown.push(format!("{v:.6}"));
             }
         }
         println!(

@@ -33,9 +33,12 @@ impl Descriptor {
     }
 }
 
-/// The address of a C symbol for the JIT's external calls: first whatever the process has
-/// loaded, then libm (which a Rust binary may not have linked when it calls no libm function).
+/// The address of a C symbol for the JIT's external calls: fxmlir's own runtime functions,
+/// then whatever the process has loaded, then libm (which a Rust binary may not have linked when it calls no libm function).
 pub fn resolve(symbol: &str) -> Option<usize> {
+    if let Some(own) = super::support::lookup(symbol) {
+        return Some(own);
+    }
     let name = CString::new(symbol).ok()?;
     // SAFETY: dlsym with RTLD_DEFAULT and a valid C string only reads the loaded images.
     let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };

@@ -1,0 +1,103 @@
+//! Runtime functions that MLIR's lowerings call by name and that fxmlir provides itself, so
+//! that no MLIR runtime library has to be shipped or loaded.
+
+use std::ffi::c_void;
+
+/// An unranked memref as MLIR passes it to runtime functions: the rank and a pointer to the
+/// ranked descriptor `{allocated, aligned, offset, sizes[rank], strides[rank]}`.
+#[repr(C)]
+pub struct UnrankedMemRef {
+    rank: i64,
+    descriptor: *const i64,
+}
+
+/// `memrefCopy`: copies between two memrefs of the same shape and any strides; the lowering of
+/// `memref.copy` calls it when a layout is not the identity.
+///
+/// # Safety
+/// Called only by compiled code, with descriptors MLIR built for live buffers of equal shape.
+pub unsafe extern "C" fn memref_copy(
+    element_size: i64,
+    source: *const UnrankedMemRef,
+    target: *const UnrankedMemRef,
+) {
+    // SAFETY: per the contract above, both descriptors are valid for their rank.
+    unsafe {
+        let (src, dst) = (&*source, &*target);
+        let rank = src.rank.max(0) as usize;
+        let read = |d: *const i64, i: usize| *d.add(i);
+        let src_base = (read(src.descriptor, 1) as *const u8)
+            .offset((read(src.descriptor, 2) * element_size) as isize);
+        let dst_base = (read(dst.descriptor, 1) as *mut u8)
+            .offset((read(dst.descriptor, 2) * element_size) as isize);
+        let sizes: Vec<i64> = (0..rank).map(|i| read(src.descriptor, 3 + i)).collect();
+        let src_strides: Vec<i64> = (0..rank).map(|i| read(src.descriptor, 3 + rank + i)).collect();
+        let dst_strides: Vec<i64> = (0..rank).map(|i| read(dst.descriptor, 3 + rank + i)).collect();
+        if sizes.iter().any(|&s| s <= 0) {
+            return;
+        }
+        let element = element_size as usize;
+        let mut index = vec![0i64; rank];
+        loop {
+            let (mut s, mut d) = (0isize, 0isize);
+            for k in 0..rank {
+                s += (index[k] * src_strides[k] * element_size) as isize;
+                d += (index[k] * dst_strides[k] * element_size) as isize;
+            }
+            std::ptr::copy_nonoverlapping(src_base.offset(s), dst_base.offset(d), element);
+            // Advance the multi-index, innermost dimension fastest.
+            let mut k = rank;
+            loop {
+                if k == 0 {
+                    return;
+                }
+                k -= 1;
+                index[k] += 1;
+                if index[k] < sizes[k] {
+                    break;
+                }
+                index[k] = 0;
+            }
+        }
+    }
+}
+
+/// Symbols fxmlir defines for compiled code, by name.
+pub fn lookup(symbol: &str) -> Option<usize> {
+    match symbol {
+        "memrefCopy" => Some(memref_copy as *const c_void as usize),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_a_transposed_view() {
+        let src: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let mut dst = vec![0f32; 6];
+        // src viewed as 3x2 with strides (1, 3) (a transpose); dst contiguous 3x2.
+        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0, 3, 2, 1, 3];
+        let dst_desc = [dst.as_mut_ptr() as i64, dst.as_mut_ptr() as i64, 0, 3, 2, 2, 1];
+        let s = UnrankedMemRef { rank: 2, descriptor: src_desc.as_ptr() };
+        let d = UnrankedMemRef { rank: 2, descriptor: dst_desc.as_ptr() };
+        // SAFETY: both descriptors describe the live vectors above.
+        unsafe { memref_copy(4, &s, &d) };
+        assert_eq!(dst, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    }
+
+    #[test]
+    fn copies_rank_zero() {
+        let src = [7.5f64];
+        let mut dst = [0f64];
+        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0];
+        let dst_desc = [dst.as_mut_ptr() as i64, dst.as_mut_ptr() as i64, 0];
+        let s = UnrankedMemRef { rank: 0, descriptor: src_desc.as_ptr() };
+        let d = UnrankedMemRef { rank: 0, descriptor: dst_desc.as_ptr() };
+        // SAFETY: as above.
+        unsafe { memref_copy(8, &s, &d) };
+        assert_eq!(dst, [7.5]);
+    }
+}
