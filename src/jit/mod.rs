@@ -3,6 +3,7 @@
 //! `target-cpu`/`target-features`, a packed entry point is added, and MCJIT compiles it.
 
 mod abi;
+mod support;
 
 pub use abi::{Descriptor, EntryFn};
 
@@ -37,7 +38,10 @@ pub fn host() -> Result<&'static Host> {
     HOST.get_or_init(|| {
         Target::initialize_native(&InitializationConfig::default())?;
         Ok(Host {
-            triple: TargetMachine::get_default_triple().as_str().to_string_lossy().into_owned(),
+            triple: TargetMachine::get_default_triple()
+                .as_str()
+                .to_string_lossy()
+                .into_owned(),
             cpu: TargetMachine::get_host_cpu_name().to_string(),
             features: TargetMachine::get_host_cpu_features().to_string(),
         })
@@ -130,7 +134,8 @@ pub fn compile(
         ));
     }
     // SAFETY: `raw` is a fresh module in `ctx`; inkwell takes ownership.
-    let llvm: LlvmModule<'static> = unsafe { LlvmModule::new(raw as llvm_sys::prelude::LLVMModuleRef) };
+    let llvm: LlvmModule<'static> =
+        unsafe { LlvmModule::new(raw as llvm_sys::prelude::LLVMModuleRef) };
     timings.translate = start.elapsed();
 
     let machine = target_machine(host)?;
@@ -156,7 +161,8 @@ pub fn compile(
     if let Some(d) = dumps {
         d.write("ll", &llvm.print_to_string().to_string())?;
     }
-    llvm.verify().map_err(|e| Error::Llvm(format!("invalid LLVM IR: {e}")))?;
+    llvm.verify()
+        .map_err(|e| Error::Llvm(format!("invalid LLVM IR: {e}")))?;
 
     let start = Instant::now();
     let declared: Vec<String> = llvm
@@ -181,7 +187,9 @@ pub fn compile(
         .map_err(|e| Error::Llvm(format!("no entry point: {e:?}")))?;
     timings.codegen = start.elapsed();
     if address == 0 {
-        return Err(Error::Llvm("the entry point has a null address".to_string()));
+        return Err(Error::Llvm(
+            "the entry point has a null address".to_string(),
+        ));
     }
     // SAFETY: `address` is the JIT-compiled `fxmlir_entry`, whose LLVM type is `void (ptr)`.
     let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(address) };

@@ -26,10 +26,13 @@ const FUSION: Stage = Stage {
     pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),canonicalize,cse)",
 };
 
-/// Tensors to buffers; outputs are written in place into the caller's memrefs.
+/// Tensors to buffers; results are copied into the caller's memrefs. `eliminate-empty-tensors`
+/// (which would compute outputs in place) is left out: when CSE has merged the `linalg.fill`
+/// inits of two reductions, it hands both the output buffer and one-shot analysis misses the
+/// conflict, so one reduction starts from the other's result.
 const BUFFERIZE: Stage = Stage {
     name: "bufferize",
-    pipeline: "builtin.module(eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+    pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
 };
 
 /// Structured ops to loop nests over memrefs.
@@ -63,7 +66,11 @@ pub fn named(name: &str) -> Result<&'static [Stage]> {
             pipeline: name.to_string(),
             message: format!(
                 "no such named pipeline; known: {}",
-                PIPELINES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                PIPELINES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         })
 }
@@ -156,12 +163,12 @@ pub fn verify(context: &Context, module: &Module, graph: &str) -> Result<()> {
 pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str) -> Result<()> {
     crate::context::register_passes();
     let pm = PassManager::new(context);
-    melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline).map_err(|e| {
-        Error::PassPipeline {
+    melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline).map_err(
+        |e| Error::PassPipeline {
             pipeline: pipeline.to_string(),
             message: e.to_string(),
-        }
-    })?;
+        },
+    )?;
     let diagnostics = Diagnostics::capture(context);
     pm.run(module).map_err(|_| Error::Pipeline {
         stage: pipeline.to_string(),
@@ -188,7 +195,11 @@ pub fn run_stages(
         let start = Instant::now();
         let result = run_pipeline_text(context, module, stage.pipeline);
         let elapsed = start.elapsed();
-        tracing::debug!(stage = stage.name, ms = elapsed.as_secs_f64() * 1e3, "stage done");
+        tracing::debug!(
+            stage = stage.name,
+            ms = elapsed.as_secs_f64() * 1e3,
+            "stage done"
+        );
         if let Err(Error::Pipeline { diagnostics, .. }) = result {
             let reproducer = write_reproducer(&before, stage, dumps)?;
             return Err(Error::Pipeline {
@@ -199,7 +210,10 @@ pub fn run_stages(
         }
         result?;
         if let Some(d) = dumps {
-            d.write(&format!("{:02}-{}.mlir", first + i, stage.name), &print_module(module))?;
+            d.write(
+                &format!("{:02}-{}.mlir", first + i, stage.name),
+                &print_module(module),
+            )?;
         }
         timings.push((stage.name.to_string(), elapsed));
     }

@@ -70,7 +70,13 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         dumped.push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
     }
 
-    timings.extend(pipeline::run_stages(&context, &mut module, stages, dumps.as_ref(), 1)?);
+    timings.extend(pipeline::run_stages(
+        &context,
+        &mut module,
+        stages,
+        dumps.as_ref(),
+        1,
+    )?);
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
             dumped.push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
