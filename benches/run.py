@@ -20,9 +20,8 @@ import time
 
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
-import torch  # noqa: E402
-
 import fxmlir  # noqa: E402
+import torch  # noqa: E402
 from fxmlir.demo import MLP, TransformerBlock  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "bench-results"
@@ -53,7 +52,11 @@ def cases():
         "mlp": (MLP().eval(), (torch.randn(64, 256),), 0),
         "transformer_block": (TransformerBlock().eval(), (torch.randn(4, 64, 128),), 0),
         "elementwise_chain": (elementwise_chain, (torch.randn(1 << 20),), 0),
-        "softmax_attention": (softmax_attention, tuple(torch.randn(4, 128, 64) for _ in range(3)), 0),
+        "softmax_attention": (
+            softmax_attention,
+            tuple(torch.randn(4, 128, 64) for _ in range(3)),
+            0,
+        ),
         "gemm256": (gemm, (torch.randn(256, 256), torch.randn(256, 256)), 2 * 256**3),
         "gemm512": (gemm, (torch.randn(512, 512), torch.randn(512, 512)), 2 * 512**3),
         "bandwidth_copy": (copy, (torch.randn(1 << 24),), 0),
@@ -121,7 +124,8 @@ def markdown(rows, meta):
         lines.append(
             f"| {r['case']} | {fmt(r.get('eager_ms'))} | {fmt(r.get('inductor_ms'))} "
             f"| {fmt(r.get('fxmlir_ms'))} | {fmt(r.get('fxmlir_vs_eager'), '.2f')}x "
-            f"| {fmt(r.get('fxmlir_vs_inductor'), '.2f')}x | {fmt(r.get('inductor_compile_ms'), '.0f')} "
+            f"| {fmt(r.get('fxmlir_vs_inductor'), '.2f')}x "
+            f"| {fmt(r.get('inductor_compile_ms'), '.0f')} "
             f"| {fmt(r.get('fxmlir_compile_ms'), '.0f')} | {ok} |"
         )
     return "\n".join(lines) + "\n"

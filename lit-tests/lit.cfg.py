@@ -8,7 +8,6 @@
 # $LLVM_BIN_DIR). Nothing here builds anything: run `cargo build --release` first.
 
 import os
-import shutil
 
 import lit.formats
 
@@ -35,16 +34,16 @@ for tool in ("fxmlir", "fxmlir-opt"):
         missing.append(path)
 if missing:
     lit_config.fatal(
-        "fxmlir binaries not found: %s\n"
+        "fxmlir binaries not found: {}\n"
         "Build them with `cargo build --release` or point FXMLIR_BIN_DIR at a directory "
-        "holding fxmlir and fxmlir-opt." % ", ".join(missing)
+        "holding fxmlir and fxmlir-opt.".format(", ".join(missing))
     )
 for tool in ("FileCheck", "not", "mlir-opt", "split-file"):
     path = os.path.join(llvm_bin, tool)
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         lit_config.fatal(
-            "LLVM tool not found: %s\nInstall LLVM 22 or set LLVM_BIN_DIR to a directory "
-            "holding FileCheck, not, split-file and mlir-opt." % path
+            f"LLVM tool not found: {path}\nInstall LLVM 22 or set LLVM_BIN_DIR to a directory "
+            "holding FileCheck, not, split-file and mlir-opt."
         )
 
 # Tools resolve by name through PATH: our binaries first, then LLVM's, then the system's

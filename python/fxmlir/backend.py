@@ -10,7 +10,8 @@ import functools
 import itertools
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx

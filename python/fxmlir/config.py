@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def _env_str(name: str) -> str | None:

@@ -98,7 +98,9 @@ def main() -> int:
     torch.manual_seed(0)
     dump_dir = fxmlir.config.dump_dir or os.path.abspath("dumps")
     fxmlir.config.dump_dir = dump_dir
-    print(f"fxmlir {fxmlir.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"fxmlir {fxmlir.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     results = [
         run_case("MLP 256-512-512-128, ReLU", MLP(), torch.randn(64, 256)),
         run_case("Transformer block d=128, 4 heads", TransformerBlock(), torch.randn(4, 64, 128)),
@@ -107,7 +109,10 @@ def main() -> int:
     for r in list(backend.history)[:1]:
         for path in r.dumped:
             print(f"  {path}")
-    print("Each .mlir dump parses with stock mlir-opt; replay a graph with `fxmlir run <graph>.fx.json`.")
+    print(
+        "Each .mlir dump parses with stock mlir-opt; "
+        "replay a graph with `fxmlir run <graph>.fx.json`."
+    )
     return 0 if all(results) else 1
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._fxmlir import INTERCHANGE_VERSION, UnsupportedOpError, GraphError
+from ._fxmlir import INTERCHANGE_VERSION, GraphError, UnsupportedOpError
 
 FORMAT = "fxmlir.graph"
 
@@ -238,7 +238,11 @@ class Exporter:
                     raise UnsupportedOpError(f"attribute `{node.target}` is not a tensor")
                 tensor = tensor.detach().contiguous()
                 meta = tensor_meta(tensor, self.bindings, f"constant `{node.name}`")
-                data = tensor.view(torch.uint8) if tensor.numel() else tensor.new_empty(0, dtype=torch.uint8)
+                data = (
+                    tensor.view(torch.uint8)
+                    if tensor.numel()
+                    else tensor.new_empty(0, dtype=torch.uint8)
+                )
                 constants.append(
                     {
                         "name": node.name,

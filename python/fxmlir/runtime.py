@@ -4,7 +4,8 @@ the outputs with torch, pass data pointers to the kernel (no copies), assemble t
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -47,9 +48,7 @@ class InputSpec:
             and value.shape == self.shape
             and value.device.type == "cpu"
             and value.layout == torch.strided
-            and all(
-                c is None or c == s for c, s in zip(self.checked_strides, value.stride())
-            )
+            and all(c is None or c == s for c, s in zip(self.checked_strides, value.stride()))
         )
         if not ok:
             raise CallError(

@@ -5,9 +5,8 @@ import os
 import subprocess
 import sys
 
-import torch
-
 import fxmlir
+import torch
 
 STAGES = ["00-input", "01-fusion", "02-bufferize", "03-loops", "04-llvm"]
 
@@ -38,7 +37,11 @@ def test_dumps_parse_with_mlir_opt_and_replay(tmp_path, mlir_opt, fxmlir_cli):
 
 
 def test_dump_dir_from_environment_and_log_from_python(tmp_path):
-    code = "import torch\nf = torch.compile(lambda x: x.sin() * 2, backend='fxmlir')\nf(torch.randn(3))\n"
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda x: x.sin() * 2, backend='fxmlir')\n"
+        "f(torch.randn(3))\n"
+    )
     env = dict(os.environ, FXMLIR_DUMP_DIR=str(tmp_path), FXMLIR_LOG="debug")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr

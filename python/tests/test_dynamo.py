@@ -4,10 +4,9 @@ recompiles on new shapes, non-contiguous inputs and output conventions."""
 import subprocess
 import sys
 
+import fxmlir
 import torch
 import torch.nn as nn
-
-import fxmlir
 from fxmlir import backend
 
 ATOL = RTOL = 1e-5

@@ -3,12 +3,11 @@
 import json
 import subprocess
 
+import fxmlir
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
-
-import fxmlir
 from fxmlir import _fxmlir
+from torch.fx.experimental.proxy_tensor import make_fx
 
 
 def unsupported(x):
@@ -92,5 +91,7 @@ def test_cli_rejects_corrupted_graph_file(tmp_path, fxmlir_cli):
         assert "fxmlir: error:" in out.stderr
         assert "malformed graph" in out.stderr
         assert "panicked" not in out.stderr
-    missing = subprocess.run([fxmlir_cli, "run", tmp_path / "nope.json"], capture_output=True, text=True)
+    missing = subprocess.run(
+        [fxmlir_cli, "run", tmp_path / "nope.json"], capture_output=True, text=True
+    )
     assert missing.returncode == 1 and "cannot read" in missing.stderr
