@@ -25,10 +25,12 @@ from ._fxmlir import pipelines as _pipelines
 from ._fxmlir import supported_ops as _supported_ops
 from .backend import compile_graph, fxmlir_backend
 from .config import config
+from .explain import ExplainReport, explain
 
 __all__ = [
     "CallError",
     "CompileError",
+    "ExplainReport",
     "FxmlirError",
     "GraphError",
     "LoweringError",
@@ -36,6 +38,7 @@ __all__ = [
     "__version__",
     "compile_graph",
     "config",
+    "explain",
     "fxmlir_backend",
     "pipelines",
     "supported_ops",

@@ -17,12 +17,13 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, interchange, runtime
+from . import _fxmlir, interchange, partition, runtime
 from .config import config
 
 log = logging.getLogger("fxmlir")
 
 _counter = itertools.count()
+_records = itertools.count()
 _counter_lock = threading.Lock()
 
 
@@ -31,6 +32,7 @@ class CompileRecord:
     """One graph compiled in this process: its name, ATen node count, stage timings in ms
     (ending with ``total``) and the dump files written for it."""
 
+    seq: int
     name: str
     nodes: int
     timings: tuple[tuple[str, float], ...]
@@ -86,6 +88,7 @@ class GraphCompiler:
         kernel = compiled.kernel
         history.append(
             CompileRecord(
+                seq=next(_records),
                 name=name,
                 nodes=len(plan.document["nodes"]),
                 timings=tuple(kernel.timings) if kernel else (),
@@ -109,10 +112,31 @@ class GraphCompiler:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     """aot_autograd's compiler hook: a callable for one functional ATen graph. It takes the
-    arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them."""
-    compiler = GraphCompiler(gm, config.pipeline, config.dump_dir)
-    compiler._boxed_call = True
-    return compiler
+    arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them.
+
+    A graph fxmlir can lower whole compiles as one kernel. Otherwise the supported nodes are
+    grouped into compiled partitions and the rest run eagerly between them, unless
+    ``config.fallback == "error"``, which raises instead."""
+    strict = config.check_fallback() == "error"
+    supported = supported_ops()
+    pipeline, dump_dir = config.pipeline, config.dump_dir
+    if not partition.unsupported_nodes(gm, supported):
+        try:
+            compiler = GraphCompiler(gm, pipeline, dump_dir)
+            compiler._boxed_call = True
+            return compiler
+        except _fxmlir.FxmlirError:
+            if strict:
+                raise
+    split = partition.partition_and_compile(
+        gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir), strict
+    )
+
+    def run(args: list[Any]) -> Any:
+        return split(*args)
+
+    run._boxed_call = True
+    return run
 
 
 def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):

@@ -24,6 +24,20 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_PIPELINE", "default")
     )
 
+    #: What happens to ops fxmlir cannot compile: ``"eager"`` runs them in PyTorch between
+    #: compiled partitions, ``"error"`` raises ``UnsupportedOpError`` naming them
+    #: (``FXMLIR_FALLBACK``).
+    fallback: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_FALLBACK", "eager")
+    )
+
+    def check_fallback(self) -> str:
+        if self.fallback not in ("eager", "error"):
+            raise ValueError(
+                f"fxmlir.config.fallback must be 'eager' or 'error', got {self.fallback!r}"
+            )
+        return self.fallback
+
     @contextlib.contextmanager
     def patch(self, **changes: object) -> Iterator[Config]:
         """Temporarily change settings: ``with fxmlir.config.patch(dump_dir="d"): ...``."""

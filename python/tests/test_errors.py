@@ -15,9 +15,9 @@ def unsupported(x):
     return torch.special.bessel_j0(y)  # the unsupported line
 
 
-def test_unsupported_op_names_op_node_and_line():
+def test_unsupported_op_names_op_node_and_line_in_strict_mode():
     line = unsupported.__code__.co_firstlineno + 2
-    with pytest.raises(Exception) as info:
+    with fxmlir.config.patch(fallback="error"), pytest.raises(Exception) as info:
         torch.compile(unsupported, backend="fxmlir")(torch.randn(4))
     text = str(info.value)
     assert "aten.special_bessel_j0.default" in text
@@ -32,8 +32,15 @@ def test_unsupported_error_type_from_direct_compile():
     gm = make_fx(lambda x: torch.ops.aten.special_bessel_j0.default(x), tracing_mode="fake")(
         torch.randn(3)
     )
-    with pytest.raises(fxmlir.UnsupportedOpError, match="no lowering is registered"):
-        fxmlir.compile_graph(gm, [torch.randn(3)])
+    with fxmlir.config.patch(fallback="error"):
+        with pytest.raises(fxmlir.UnsupportedOpError, match="no lowering is registered"):
+            fxmlir.compile_graph(gm, [torch.randn(3)])
+
+
+def test_bad_fallback_setting_is_rejected():
+    gm = make_fx(lambda x: torch.ops.aten.neg.default(x), tracing_mode="fake")(torch.randn(3))
+    with fxmlir.config.patch(fallback="sometimes"), pytest.raises(ValueError, match="eager"):
+        fxmlir.compile_graph(gm, None)
 
 
 def compiled_add():

@@ -1,0 +1,191 @@
+"""Partitioning: nodes fxmlir can lower are grouped into compiled submodules; the rest run in
+eager PyTorch between them. Every op that falls back is recorded with its reason, so
+``fxmlir.explain`` and the INFO log can say what ran eagerly and why."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import itertools
+import logging
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ._fxmlir import FxmlirError, UnsupportedOpError
+from .interchange import source_of, target_name
+
+log = logging.getLogger("fxmlir")
+
+#: How many times a failing partition is re-split before giving up on it.
+MAX_RETRIES = 32
+
+_NODE_IN_MESSAGE = re.compile(r"node `([^`]+)`")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """One FX node that runs in eager PyTorch."""
+
+    seq: int
+    op: str
+    node: str
+    source: str | None
+    reason: str
+
+
+_seq = itertools.count()
+
+#: Fallbacks recorded in this process, oldest first.
+fallbacks: collections.deque[Fallback] = collections.deque(maxlen=10000)
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in (
+        target.tags
+    )
+
+
+def _reason(node: torch.fx.Node, supported: frozenset[str]) -> str | None:
+    """Why ``node`` cannot be compiled, or None when it can."""
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return None if isinstance(source, torch.fx.Node) else "getitem of a non-node"
+    val = node.meta.get("val")
+    if isinstance(val, (int, torch.SymInt)):
+        return None  # size arithmetic, evaluated by the exporter
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return f"`{target_name(node)}` is not an ATen operator"
+    name = str(node.target)
+    if name in supported:
+        return None
+    if _is_random(node):
+        return "random op: runs eagerly so it draws from PyTorch's generator"
+    return "no lowering is registered"
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, excluded: dict[str, str], supported: frozenset[str]):
+        self.excluded = excluded
+        self.supported = supported
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function" or node.name in self.excluded:
+            return False
+        if node.target is operator.getitem:
+            source = node.args[0]
+            return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)
+        return _reason(node, self.supported) is None
+
+
+def _describe(node: torch.fx.Node) -> str | None:
+    src = source_of(node)
+    return f"{src['file']}:{src['line']}" if src else None
+
+
+def unsupported_nodes(gm: torch.fx.GraphModule, supported: frozenset[str]) -> dict[str, str]:
+    """Node name → reason, for every node that cannot be compiled."""
+    out = {}
+    for node in gm.graph.nodes:
+        reason = _reason(node, supported)
+        if reason is not None:
+            out[node.name] = reason
+    return out
+
+
+def strict_error(gm: torch.fx.GraphModule, excluded: dict[str, str]) -> UnsupportedOpError:
+    """The exception of strict mode: every op that would fall back, with node and line."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    lines = []
+    for name, reason in excluded.items():
+        node = nodes[name]
+        where = _describe(node)
+        lines.append(
+            f"  {target_name(node)} (node `{name}`{', ' + where if where else ''}): {reason}"
+        )
+    return UnsupportedOpError(
+        "fxmlir is in strict mode (FXMLIR_FALLBACK=error) and these ops would run eagerly:\n"
+        + "\n".join(lines)
+    )
+
+
+class CompiledPartition(torch.nn.Module):
+    """Replaces a fused submodule: calls its compiled graph, returns its output structure."""
+
+    def __init__(self, compiled: Callable[[list[Any]], list[Any]], single: bool):
+        super().__init__()
+        self.compiled = compiled
+        self.single = single
+
+    def forward(self, *args: Any) -> Any:
+        out = self.compiled(list(args))
+        return out[0] if self.single else tuple(out)
+
+
+def partition_and_compile(
+    gm: torch.fx.GraphModule,
+    supported: frozenset[str],
+    compile_graph: Callable[[torch.fx.GraphModule], Callable[[list[Any]], list[Any]]],
+    strict: bool,
+) -> torch.fx.GraphModule:
+    """Splits ``gm`` into compiled partitions and eager nodes. A partition that fails to
+    compile names the node at fault; that node is excluded and the graph re-split."""
+    excluded = unsupported_nodes(gm, supported)
+    if excluded and strict:
+        raise strict_error(gm, excluded)
+    for _ in range(MAX_RETRIES):
+        try:
+            result = _split(gm, excluded, supported, compile_graph)
+        except FxmlirError as e:
+            match = _NODE_IN_MESSAGE.search(str(e))
+            name = match.group(1) if match else None
+            if strict or name is None or name in excluded:
+                raise
+            excluded[name] = f"lowering failed: {str(e).splitlines()[0]}"
+            continue
+        _record(gm, excluded)
+        return result
+    raise UnsupportedOpError(f"gave up after {MAX_RETRIES} failed partition compiles")
+
+
+def _split(gm, excluded, supported, compile_graph) -> torch.fx.GraphModule:
+    # Fusing rewrites the module in place; work on a copy of the graph (sharing the weights) so
+    # that a failed attempt leaves ``gm`` intact for the next.
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    partitioner = CapabilityBasedPartitioner(
+        gm, _Support(excluded, supported), allows_single_node_partition=True
+    )
+    partitions = partitioner.propose_partitions()
+    split = partitioner.fuse_partitions(partitions)
+    for node in list(split.graph.nodes):
+        if node.op != "call_module":
+            continue
+        submodule = getattr(split, node.target)
+        output = next(n for n in submodule.graph.nodes if n.op == "output")
+        single = not isinstance(output.args[0], (tuple, list))
+        compiled = compile_graph(submodule)
+        setattr(split, node.target, CompiledPartition(compiled, single))
+    split.recompile()
+    return split
+
+
+def _record(gm: torch.fx.GraphModule, excluded: dict[str, str]) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}
+    counts = collections.Counter()
+    for name, reason in excluded.items():
+        node = nodes[name]
+        fallbacks.append(Fallback(next(_seq), target_name(node), name, _describe(node), reason))
+        counts[target_name(node)] += 1
+    if counts:
+        summary = ", ".join(f"{op} x{n}" for op, n in counts.most_common())
+        log.info("ops running eagerly: %s", summary)

@@ -1,0 +1,77 @@
+"""Eager fallback by partition: results equal eager, the explain report names the ops that
+fell back with their source lines, strict mode raises, and a partition that fails to compile
+falls back at the failing node only."""
+
+import fxmlir
+import torch
+from fxmlir import partition
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def mixed(x, w):
+    y = torch.sin(x @ w) + 1.0
+    z = torch.special.bessel_j0(y)  # no lowering: eager
+    c = torch.cumsum(z * 2.0, dim=1)  # no lowering: eager
+    return torch.relu(c).mean(dim=0), y.sum()
+
+
+def test_fallback_graph_equals_eager_and_explain_names_the_ops():
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    report = fxmlir.explain(mixed, x, w)
+    for got, want in zip(report.output, mixed(x, w)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert report.fallback_counts == {
+        "aten.special_bessel_j0.default": 1,
+        "aten.cumsum.default": 1,
+    }
+    lines = {f.op: f.source for f in report.fallbacks}
+    first = mixed.__code__.co_firstlineno
+    assert lines["aten.special_bessel_j0.default"].endswith(f"test_fallback.py:{first + 2}")
+    assert lines["aten.cumsum.default"].endswith(f"test_fallback.py:{first + 3}")
+    assert report.graphs, "the supported parts must be compiled"
+    text = str(report)
+    assert "aten.cumsum.default x1" in text and "no lowering is registered" in text
+
+
+def test_strict_mode_raises_naming_every_fallback_op(monkeypatch):
+    monkeypatch.setenv("FXMLIR_FALLBACK", "error")
+    with fxmlir.config.patch(fallback="error"):
+        try:
+            torch.compile(mixed, backend="fxmlir")(torch.randn(4, 8), torch.randn(8, 6))
+        except Exception as e:  # Dynamo wraps backend errors
+            text = str(e)
+        else:
+            raise AssertionError("strict mode must raise")
+    assert "strict mode" in text
+    assert "aten.special_bessel_j0.default" in text and "aten.cumsum.default" in text
+    assert "test_fallback.py" in text
+
+
+def test_fully_supported_graph_has_no_fallback():
+    report = fxmlir.explain(lambda a: torch.tanh(a) * 3, torch.randn(5))
+    assert report.fallbacks == [] and len(report.graphs) == 1
+
+
+def test_compile_failure_falls_back_at_the_failing_node():
+    def fn(a):
+        b = torch.ops.aten.exp.default(a)
+        c = torch.ops.aten.neg.default(b)
+        return torch.ops.aten.tanh.default(c)
+
+    a = torch.randn(6)
+    gm = make_fx(fn, tracing_mode="fake")(a)
+    failing = next(n.name for n in gm.graph.nodes if n.name.startswith("neg"))
+    compiled_parts = []
+
+    def compile_part(sub):
+        names = [n.name for n in sub.graph.nodes if n.op == "call_function"]
+        if failing in names:
+            raise fxmlir.LoweringError(f"cannot lower node `{failing}` (aten.neg.default): test")
+        compiled_parts.append(names)
+        return lambda args: [sub(*args)]
+
+    supported = frozenset(fxmlir.supported_ops())
+    split = partition.partition_and_compile(gm, supported, compile_part, strict=False)
+    torch.testing.assert_close(split(a), fn(a))
+    assert sorted(compiled_parts) == [["exp"], ["tanh"]]
+    assert any(f.node == failing and "lowering failed" in f.reason for f in partition.fallbacks)
