@@ -30,13 +30,15 @@ _counter_lock = threading.Lock()
 @dataclasses.dataclass(frozen=True)
 class CompileRecord:
     """One graph compiled in this process: its name, ATen node count, stage timings in ms
-    (ending with ``total``) and the dump files written for it."""
+    (ending with ``total``; empty when the kernel was reused) and the dump files written."""
 
     seq: int
     name: str
     nodes: int
     timings: tuple[tuple[str, float], ...]
     dumped: tuple[str, ...]
+    #: The kernel of an identical graph was reused (no compile happened).
+    cached: bool = False
 
     @property
     def total_ms(self) -> float:
@@ -84,15 +86,16 @@ class GraphCompiler:
 
     def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
         plan = interchange.export(self.gm, name, bindings)
-        compiled = runtime.build(plan, self.pipeline, self.dump_dir)
+        compiled, cached = runtime.build(plan, self.pipeline, self.dump_dir)
         kernel = compiled.kernel
         history.append(
             CompileRecord(
                 seq=next(_records),
                 name=name,
                 nodes=len(plan.document["nodes"]),
-                timings=tuple(kernel.timings) if kernel else (),
-                dumped=tuple(kernel.dumped) if kernel else (),
+                timings=tuple(kernel.timings) if kernel and not cached else (),
+                dumped=tuple(kernel.dumped) if kernel and not cached else (),
+                cached=cached,
             )
         )
         return compiled

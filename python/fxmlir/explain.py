@@ -29,7 +29,8 @@ class ExplainReport:
     def __str__(self) -> str:
         lines = [f"fxmlir compiled {len(self.graphs)} graph(s):"]
         for g in self.graphs:
-            lines.append(f"  {g.name}: {g.nodes} ATen ops, compiled in {g.total_ms:.1f} ms")
+            how = "reused an identical kernel" if g.cached else f"compiled in {g.total_ms:.1f} ms"
+            lines.append(f"  {g.name}: {g.nodes} ATen ops, {how}")
         if not self.fallbacks:
             lines.append("no op fell back to eager PyTorch")
             return "\n".join(lines)

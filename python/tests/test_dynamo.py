@@ -147,3 +147,17 @@ def test_reductions_sharing_an_init_write_their_own_outputs():
     got = torch.compile(fn, backend="fxmlir")(x, y)
     for g, w in zip(got, fn(x, y)):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_identical_graphs_reuse_one_kernel():
+    def fn(x):
+        return torch.tanh(x) * 0.5 + 1.0
+
+    x = torch.randn(7, 3)
+    start = len(backend.history)
+    torch.compile(fn, backend="fxmlir")(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="fxmlir")(x), fn(x))
+    first, second = compiles_since(start)
+    assert first.name != second.name
+    assert second.cached and second.timings == ()
