@@ -70,19 +70,28 @@ fn lower_movement<'c, 'a>(
     let value = match movement {
         Movement::Reshape => {
             if x.shape.iter().product::<i64>() != out.numel() {
-                return fail(format!("cannot view shape {:?} as {:?}", x.shape, out.shape));
+                return fail(format!(
+                    "cannot view shape {:?} as {:?}",
+                    x.shape, out.shape
+                ));
             }
             ctx.reshape(&x, &out.shape)?.value
         }
         Movement::Identity => x.value,
         Movement::Permute => {
             let dims = ctx.int_list(node, 1)?;
-            let perm: Vec<usize> = dims.iter().map(|&d| norm_dim(d, rank)).collect::<Result<_>>()?;
+            let perm: Vec<usize> = dims
+                .iter()
+                .map(|&d| norm_dim(d, rank))
+                .collect::<Result<_>>()?;
             permute(ctx, &x, &perm)?
         }
         Movement::Transpose | Movement::Transpose2d => {
             let (a, b) = if let Movement::Transpose = movement {
-                (norm_dim(ctx.int(node, 1)?, rank)?, norm_dim(ctx.int(node, 2)?, rank)?)
+                (
+                    norm_dim(ctx.int(node, 1)?, rank)?,
+                    norm_dim(ctx.int(node, 2)?, rank)?,
+                )
             } else if rank == 2 {
                 (0, 1)
             } else {
@@ -96,10 +105,17 @@ fn lower_movement<'c, 'a>(
         }
         Movement::Expand => {
             let dtype = x.dtype;
-            ctx.elementwise(&[Operand::Tensor(x)], &[dtype], dtype, &out.shape, dtype, |_, v| Ok(v[0]))?
+            ctx.elementwise(
+                &[Operand::Tensor(x)],
+                &[dtype],
+                dtype,
+                &out.shape,
+                dtype,
+                |_, v| Ok(v[0]),
+            )?
         }
         Movement::Slice => {
-            let dim = norm_dim(ctx.int(node, 1)?, rank)?;
+            let dim = sized_dim(ctx.int(node, 1)?, rank)?;
             let size = x.shape[dim];
             let start = ctx.opt_int(node, 2)?.unwrap_or(0);
             let end = ctx.opt_int(node, 3)?.unwrap_or(size);
@@ -109,28 +125,43 @@ fn lower_movement<'c, 'a>(
             }
             let clamp = |i: i64| (if i < 0 { i + size } else { i }).clamp(0, size);
             let (start, end) = (clamp(start), clamp(end));
-            let len = if end > start { (end - start + step - 1) / step } else { 0 };
+            let len = if end > start {
+                (end - start + step - 1) / step
+            } else {
+                0
+            };
             let mut offsets = vec![0; rank];
             let mut sizes = x.shape.clone();
             let mut strides = vec![1; rank];
             offsets[dim] = start;
             sizes[dim] = len;
             strides[dim] = step;
-            ctx.e.extract_slice(x.value, &offsets, &sizes, &strides, &sizes, x.dtype)?
+            ctx.e
+                .extract_slice(x.value, &offsets, &sizes, &strides, &sizes, x.dtype)?
         }
         Movement::Select => {
-            let dim = norm_dim(ctx.int(node, 1)?, rank)?;
+            let dim = sized_dim(ctx.int(node, 1)?, rank)?;
             let size = x.shape[dim];
             let index = ctx.int(node, 2)?;
             let index = if index < 0 { index + size } else { index };
             if index < 0 || index >= size {
-                return fail(format!("index {} is out of range for dimension {dim} of size {size}", ctx.int(node, 2)?));
+                return fail(format!(
+                    "index {} is out of range for dimension {dim} of size {size}",
+                    ctx.int(node, 2)?
+                ));
             }
             let mut offsets = vec![0; rank];
             let mut sizes = x.shape.clone();
             offsets[dim] = index;
             sizes[dim] = 1;
-            ctx.e.extract_slice(x.value, &offsets, &sizes, &vec![1; rank], &out.shape, x.dtype)?
+            ctx.e.extract_slice(
+                x.value,
+                &offsets,
+                &sizes,
+                &vec![1; rank],
+                &out.shape,
+                x.dtype,
+            )?
         }
         Movement::SplitWithSizes | Movement::Split => return split(ctx, node, &x, movement),
         Movement::Copy => {
@@ -140,20 +171,42 @@ fn lower_movement<'c, 'a>(
                 Operand::Tensor(t) => t.dtype,
                 Operand::Scalar(_) => dtype,
             };
-            ctx.elementwise(&[src], &[src_dtype], src_dtype, &out.shape, dtype, |_, v| Ok(v[0]))?
+            ctx.elementwise(
+                &[src],
+                &[src_dtype],
+                src_dtype,
+                &out.shape,
+                dtype,
+                |_, v| Ok(v[0]),
+            )?
         }
         Movement::Cat => return fail("internal: cat is lowered before its operands are read"),
     };
     Ok(vec![value])
 }
 
+/// A dimension that indexes the shape (slice, select, cat, split): unlike `norm_dim`, which
+/// lets dim 0 / -1 name a 0-d tensor itself, a 0-d tensor has none (PyTorch raises too).
+fn sized_dim(dim: i64, rank: usize) -> Result<usize> {
+    if rank == 0 {
+        return fail(format!("dimension {dim} does not exist: the tensor is 0-d"));
+    }
+    norm_dim(dim, rank)
+}
+
 /// Output dimension `i` is input dimension `perm[i]`.
-fn permute<'c, 'a>(ctx: &LowerCtx<'c, 'a>, x: &Tensor<'c, 'a>, perm: &[usize]) -> Result<Value<'c, 'a>> {
+fn permute<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    perm: &[usize],
+) -> Result<Value<'c, 'a>> {
     let rank = x.rank();
     let mut sorted = perm.to_vec();
     sorted.sort_unstable();
     if sorted != (0..rank).collect::<Vec<_>>() {
-        return fail(format!("{perm:?} is not a permutation of {rank} dimensions"));
+        return fail(format!(
+            "{perm:?} is not a permutation of {rank} dimensions"
+        ));
     }
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
         return Ok(x.value);
@@ -178,7 +231,7 @@ fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 
     let out = ctx.out(0)?.clone();
     let parts = ctx.tensor_list(node, 0)?;
     let rank = out.rank();
-    let dim = norm_dim(ctx.int(node, 1)?, rank)?;
+    let dim = sized_dim(ctx.int(node, 1)?, rank)?;
     let mut acc = ctx.e.empty(&out.shape, out.dtype)?;
     let mut offset = 0;
     for part in parts {
@@ -187,7 +240,10 @@ fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 
             continue;
         }
         if part.rank() != rank {
-            return fail(format!("cannot concatenate shape {:?} into {:?}", part.shape, out.shape));
+            return fail(format!(
+                "cannot concatenate shape {:?} into {:?}",
+                part.shape, out.shape
+            ));
         }
         let part = ctx.cast(&part, out.dtype)?;
         let mut offsets = vec![0; rank];
@@ -196,7 +252,10 @@ fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 
         offset += part.shape[dim];
     }
     if offset != out.shape[dim] {
-        return fail(format!("concatenated size {offset} does not match the recorded {}", out.shape[dim]));
+        return fail(format!(
+            "concatenated size {offset} does not match the recorded {}",
+            out.shape[dim]
+        ));
     }
     Ok(acc)
 }
@@ -208,7 +267,7 @@ fn split<'c, 'a>(
     movement: Movement,
 ) -> Result<Vec<Value<'c, 'a>>> {
     let rank = x.rank();
-    let dim = norm_dim(ctx.int(node, 2)?, rank)?;
+    let dim = sized_dim(ctx.int(node, 2)?, rank)?;
     let total = x.shape[dim];
     let sizes = match movement {
         Movement::SplitWithSizes => ctx.int_list(node, 1)?,
@@ -217,12 +276,18 @@ fn split<'c, 'a>(
             if chunk <= 0 && total > 0 {
                 return fail(format!("split size must be positive, got {chunk}"));
             }
-            let n = if total == 0 { 1 } else { (total + chunk - 1) / chunk };
+            let n = if total == 0 {
+                1
+            } else {
+                (total + chunk - 1) / chunk
+            };
             (0..n).map(|i| chunk.min(total - i * chunk)).collect()
         }
     };
     if sizes.iter().sum::<i64>() != total || sizes.len() != node.outputs.len() {
-        return fail(format!("split sizes {sizes:?} do not cover dimension {dim} of size {total}"));
+        return fail(format!(
+            "split sizes {sizes:?} do not cover dimension {dim} of size {total}"
+        ));
     }
     let mut offset = 0;
     let mut results = Vec::new();
@@ -231,7 +296,14 @@ fn split<'c, 'a>(
         let mut shape = x.shape.clone();
         offsets[dim] = offset;
         shape[dim] = size;
-        results.push(ctx.e.extract_slice(x.value, &offsets, &shape, &vec![1; rank], &shape, x.dtype)?);
+        results.push(ctx.e.extract_slice(
+            x.value,
+            &offsets,
+            &shape,
+            &vec![1; rank],
+            &shape,
+            x.dtype,
+        )?);
         offset += size;
     }
     Ok(results)

@@ -101,7 +101,11 @@ pub(super) fn register(r: &mut Registry) {
 /// The dtype arithmetic runs in for a result of `out`: halves compute in f32, and bool results
 /// of arithmetic (`True + True`) compute in i64 and test `!= 0`.
 fn arithmetic_dtype(out: DType) -> DType {
-    if out.is_bool() { DType::Int64 } else { out.compute() }
+    if out.is_bool() {
+        DType::Int64
+    } else {
+        out.compute()
+    }
 }
 
 fn lower_unary<'c, 'a>(
@@ -117,8 +121,15 @@ fn lower_unary<'c, 'a>(
         Unary::Gelu => ctx.str(node, 1)?.unwrap_or_else(|| "none".into()),
         _ => String::new(),
     };
-    if matches!(op, Unary::Math(_) | Unary::Reciprocal | Unary::Sigmoid | Unary::Gelu) && !is_float {
-        return fail(format!("needs a floating-point result, the graph records {}", out.dtype.name()));
+    if matches!(
+        op,
+        Unary::Math(_) | Unary::Reciprocal | Unary::Sigmoid | Unary::Gelu
+    ) && !is_float
+    {
+        return fail(format!(
+            "needs a floating-point result, the graph records {}",
+            out.dtype.name()
+        ));
     }
     let value = ctx.elementwise(
         &[Operand::Tensor(x)],
@@ -136,6 +147,8 @@ fn lower_unary<'c, 'a>(
                     b.same("arith.subi", &[zero, x])
                 }
                 Unary::Abs if is_float => b.same("math.absf", &[x]),
+                // uint8 values are never negative: abs and relu are the identity.
+                Unary::Abs | Unary::Relu if compute.is_unsigned() => Ok(x),
                 Unary::Abs => b.same("math.absi", &[x]),
                 Unary::Reciprocal => {
                     let one = b.constant(Scalar::Float(1.0), compute)?;
@@ -144,8 +157,10 @@ fn lower_unary<'c, 'a>(
                 Unary::Sigmoid => sigmoid(b, x, compute),
                 Unary::Relu if is_float => {
                     let zero = b.constant(Scalar::Float(0.0), compute)?;
-                    // maximumf keeps NaN, as torch.relu does.
-                    b.same("arith.maximumf", &[x, zero])
+                    // `x < 0 ? 0 : x`, as torch.relu: NaN and -0.0 pass through (maximumf
+                    // would turn -0.0 into +0.0).
+                    let negative = b.cmpf("olt", x, zero)?;
+                    b.select(negative, zero, x)
                 }
                 Unary::Relu => {
                     let zero = b.constant(Scalar::Int(0), compute)?;
@@ -158,7 +173,11 @@ fn lower_unary<'c, 'a>(
     Ok(vec![value])
 }
 
-pub(super) fn sigmoid<'c, 'b>(b: &Emit<'c, 'b>, x: Value<'c, 'b>, dtype: DType) -> Result<Value<'c, 'b>> {
+pub(super) fn sigmoid<'c, 'b>(
+    b: &Emit<'c, 'b>,
+    x: Value<'c, 'b>,
+    dtype: DType,
+) -> Result<Value<'c, 'b>> {
     let one = b.constant(Scalar::Float(1.0), dtype)?;
     let neg = b.same("arith.negf", &[x])?;
     let e = b.same("math.exp", &[neg])?;
@@ -218,20 +237,40 @@ fn lower_binary<'c, 'a>(
     if matches!(op, Binary::Div) && rounding.is_none() && !float {
         return fail("true division needs a floating-point result");
     }
+    // PyTorch computes `x ** 0.5` and `x ** -0.5` with a Scalar exponent as sqrt and rsqrt
+    // (except for float16), which differ from pow at -inf and -0.0.
+    let root = match (op, &rhs) {
+        _ if !float || out.dtype == DType::Float16 => None,
+        (Binary::Pow, Operand::Scalar(e)) if e.as_f64() == 0.5 => Some("math.sqrt"),
+        (Binary::Pow, Operand::Scalar(e)) if e.as_f64() == -0.5 => Some("math.rsqrt"),
+        _ => None,
+    };
+    // With a half result, PyTorch rounds the operands of add/sub/pow (Python scalars, 0-d
+    // tensors, alpha) to the half type before computing in f32; mul/div use them unrounded.
+    let operand = match op {
+        Binary::Add | Binary::Sub | Binary::ReverseSub | Binary::Pow
+            if compute != out.dtype && out.dtype.is_float() =>
+        {
+            out.dtype
+        }
+        _ => compute,
+    };
     let value = ctx.elementwise(
         &[lhs, rhs],
-        &[compute, compute],
+        &[operand, operand],
         compute,
         &out.shape,
         out.dtype,
         |b, v| {
-            let (a, x) = (v[0], v[1]);
+            let a = b.convert(v[0], operand, compute)?;
+            let x = b.convert(v[1], operand, compute)?;
             let pick = |f: &'static str, i: &'static str| if float { f } else { i };
             let scale = |y| -> Result<_> {
                 match alpha {
                     None => Ok(y),
                     Some(alpha) => {
-                        let k = b.constant(alpha, compute)?;
+                        let k = b.constant(alpha, operand)?;
+                        let k = b.convert(k, operand, compute)?;
                         b.same(pick("arith.mulf", "arith.muli"), &[y, k])
                     }
                 }
@@ -242,16 +281,57 @@ fn lower_binary<'c, 'a>(
                 Binary::ReverseSub => b.same(pick("arith.subf", "arith.subi"), &[x, scale(a)?]),
                 Binary::Mul => b.same(pick("arith.mulf", "arith.muli"), &[a, x]),
                 Binary::Div => divide(b, a, x, compute, rounding.as_deref()),
-                Binary::Pow if float => b.same("math.powf", &[a, x]),
-                Binary::Pow => b.same("math.ipowi", &[a, x]),
+                Binary::Pow => match root {
+                    Some(name) => b.same(name, &[a]),
+                    None if float => b.same("math.powf", &[a, x]),
+                    None => int_pow(b, a, x, compute),
+                },
                 Binary::Maximum if float => b.same("arith.maximumf", &[a, x]),
-                Binary::Maximum => b.same(if unsigned { "arith.maxui" } else { "arith.maxsi" }, &[a, x]),
+                Binary::Maximum => b.same(
+                    if unsigned {
+                        "arith.maxui"
+                    } else {
+                        "arith.maxsi"
+                    },
+                    &[a, x],
+                ),
                 Binary::Minimum if float => b.same("arith.minimumf", &[a, x]),
-                Binary::Minimum => b.same(if unsigned { "arith.minui" } else { "arith.minsi" }, &[a, x]),
+                Binary::Minimum => b.same(
+                    if unsigned {
+                        "arith.minui"
+                    } else {
+                        "arith.minsi"
+                    },
+                    &[a, x],
+                ),
             }
         },
     )?;
     Ok(vec![value])
+}
+
+/// Integer power with PyTorch's `powi`: a negative exponent gives 1 for base 1, ±1 for base -1
+/// and 0 otherwise, base 0 included (where `math.ipowi` would divide by zero). uint8 exponents
+/// are never negative, so uint8 powers run in i64 (equal modulo 256).
+fn int_pow<'c, 'b>(
+    b: &Emit<'c, 'b>,
+    a: Value<'c, 'b>,
+    x: Value<'c, 'b>,
+    dtype: DType,
+) -> Result<Value<'c, 'b>> {
+    if dtype.is_unsigned() {
+        let wide = DType::Int64;
+        let (a, x) = (b.convert(a, dtype, wide)?, b.convert(x, dtype, wide)?);
+        let p = int_pow(b, a, x, wide)?;
+        return b.convert(p, wide, dtype);
+    }
+    let zero = b.constant(Scalar::Int(0), dtype)?;
+    let two = b.constant(Scalar::Int(2), dtype)?;
+    let negative = b.cmpi("slt", x, zero)?;
+    let zero_base = b.cmpi("eq", a, zero)?;
+    let both = b.same("arith.andi", &[negative, zero_base])?;
+    let base = b.select(both, two, a)?;
+    b.same("math.ipowi", &[base, x])
 }
 
 /// Division with PyTorch's rounding modes. Float floor division follows PyTorch's
@@ -270,8 +350,22 @@ fn divide<'c, 'b>(
             let q = b.same("arith.divf", &[a, x])?;
             b.same("math.trunc", &[q])
         }
-        (Some("trunc"), false) => b.same(if unsigned { "arith.divui" } else { "arith.divsi" }, &[a, x]),
-        (Some("floor"), false) => b.same(if unsigned { "arith.divui" } else { "arith.floordivsi" }, &[a, x]),
+        (Some("trunc"), false) => b.same(
+            if unsigned {
+                "arith.divui"
+            } else {
+                "arith.divsi"
+            },
+            &[a, x],
+        ),
+        (Some("floor"), false) => b.same(
+            if unsigned {
+                "arith.divui"
+            } else {
+                "arith.floordivsi"
+            },
+            &[a, x],
+        ),
         (Some("floor"), true) => {
             let zero = b.constant(Scalar::Float(0.0), dtype)?;
             let one = b.constant(Scalar::Float(1.0), dtype)?;
@@ -313,14 +407,21 @@ fn lower_compare<'c, 'a>(
     let lhs = ctx.operand(node, 0)?;
     let rhs = ctx.operand(node, 1)?;
     let out = ctx.out(0)?.clone();
-    let common = result_type(&[lhs.promotion(), rhs.promotion()], DType::Float32).compute();
+    // Operands (a Python scalar included) are first cast to the common dtype, as PyTorch
+    // does: `half(0.1) == 0.1` holds because 0.1 rounds to half too. Halves then compare in f32.
+    let common = result_type(&[lhs.promotion(), rhs.promotion()], DType::Float32);
+    let compute = common.compute();
     let value = ctx.elementwise(
         &[lhs, rhs],
         &[common, common],
         DType::Bool,
         &out.shape,
         out.dtype,
-        |b, v| b.compare(predicate, v[0], v[1], common),
+        |b, v| {
+            let a = b.convert(v[0], common, compute)?;
+            let x = b.convert(v[1], common, compute)?;
+            b.compare(predicate, a, x, compute)
+        },
     )?;
     Ok(vec![value])
 }
@@ -347,7 +448,10 @@ fn lower_convert<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
     let x: Tensor = ctx.tensor(node, 0)?;
     let out = ctx.out(0)?.clone();
     if x.shape != out.shape {
-        return fail(format!("cast changes shape {:?} to {:?}", x.shape, out.shape));
+        return fail(format!(
+            "cast changes shape {:?} to {:?}",
+            x.shape, out.shape
+        ));
     }
     Ok(vec![ctx.cast(&x, out.dtype)?.value])
 }

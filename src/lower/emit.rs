@@ -249,10 +249,19 @@ impl<'c, 'a> Emit<'c, 'a> {
                 // Float -> int truncates toward zero, as a C cast does.
                 Scalar::Float(f) => f as i64,
             };
+            // Wrap into the type's width (two's complement), as PyTorch casts a Python int to
+            // a narrower dtype: uint8 300 is 44; MLIR rejects out-of-range literals.
+            let shift = 64 - dtype.bits().clamp(1, 64);
+            let v = (v << shift) >> shift;
             format!("{v} : {ty}")
         };
         let attr = self.attr(&text)?;
-        self.op1("arith.constant", &[], self.elem_type(dtype)?, &[("value", attr)])
+        self.op1(
+            "arith.constant",
+            &[],
+            self.elem_type(dtype)?,
+            &[("value", attr)],
+        )
     }
 
     pub fn index(&self, value: i64) -> Result<Value<'c, 'a>> {
@@ -266,7 +275,12 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1(name, operands, ty, &[])
     }
 
-    pub fn cmpf(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+    pub fn cmpf(
+        &self,
+        predicate: &str,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+    ) -> Result<Value<'c, 'a>> {
         const NAMES: [&str; 16] = [
             "false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
             "ule", "une", "uno", "true",
@@ -275,7 +289,12 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1("arith.cmpf", &[a, b], self.ty("i1")?, &[("predicate", p)])
     }
 
-    pub fn cmpi(&self, predicate: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+    pub fn cmpi(
+        &self,
+        predicate: &str,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+    ) -> Result<Value<'c, 'a>> {
         const NAMES: [&str; 10] = [
             "eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge",
         ];
@@ -317,7 +336,12 @@ impl<'c, 'a> Emit<'c, 'a> {
         }
     }
 
-    pub fn select(&self, c: Value<'c, 'a>, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+    pub fn select(
+        &self,
+        c: Value<'c, 'a>,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+    ) -> Result<Value<'c, 'a>> {
         self.op1("arith.select", &[c, a, b], a.r#type(), &[])
     }
 
@@ -332,10 +356,25 @@ impl<'c, 'a> Emit<'c, 'a> {
             let zero = self.constant(Scalar::Int(0), from)?;
             return self.compare("ne", v, zero, from);
         }
+        let half = |d: DType| matches!(d, DType::Float16 | DType::Bfloat16);
+        if half(to) && !half(from) && from != DType::Float32 {
+            // PyTorch builds halves from a float (double -> float -> half rounds twice); a
+            // direct f64 -> bf16 truncation would also need a libcall the JIT lacks.
+            let wide = self.convert(v, from, DType::Float32)?;
+            return self.convert(wide, DType::Float32, to);
+        }
+        if from.is_float() && to.is_unsigned() {
+            // PyTorch casts floats to uint8 through int64, so negative values wrap (-1.0 is
+            // 255) where fptoui would give poison.
+            let wide = self.convert(v, from, DType::Int64)?;
+            return self.convert(wide, DType::Int64, to);
+        }
         match (from.is_float(), to.is_float()) {
             (true, true) => {
                 if from.bits() < to.bits() {
                     self.op1("arith.extf", &[v], target, &[])
+                } else if from == DType::Float32 && to == DType::Bfloat16 {
+                    self.float32_to_bfloat16(v)
                 } else if from.bits() > to.bits() {
                     self.op1("arith.truncf", &[v], target, &[])
                 } else {
@@ -345,16 +384,28 @@ impl<'c, 'a> Emit<'c, 'a> {
                 }
             }
             (false, true) => {
-                let name = if from.is_unsigned() { "arith.uitofp" } else { "arith.sitofp" };
+                let name = if from.is_unsigned() {
+                    "arith.uitofp"
+                } else {
+                    "arith.sitofp"
+                };
                 self.op1(name, &[v], target, &[])
             }
             (true, false) => {
-                let name = if to.is_unsigned() { "arith.fptoui" } else { "arith.fptosi" };
+                let name = if to.is_unsigned() {
+                    "arith.fptoui"
+                } else {
+                    "arith.fptosi"
+                };
                 self.op1(name, &[v], target, &[])
             }
             (false, false) => {
                 if from.bits() < to.bits() {
-                    let name = if from.is_unsigned() { "arith.extui" } else { "arith.extsi" };
+                    let name = if from.is_unsigned() {
+                        "arith.extui"
+                    } else {
+                        "arith.extsi"
+                    };
                     self.op1(name, &[v], target, &[])
                 } else if from.bits() > to.bits() {
                     self.op1("arith.trunci", &[v], target, &[])
@@ -363,6 +414,29 @@ impl<'c, 'a> Emit<'c, 'a> {
                 }
             }
         }
+    }
+
+    /// float32 -> bfloat16 by rounding the bits to nearest even, as PyTorch's
+    /// `round_to_nearest_even` does: subnormals are kept and NaN becomes 0x7FC0. (`fptrunc`
+    /// becomes `vcvtneps2bf16` on AVX512-BF16 hosts, which flushes subnormals to zero.)
+    fn float32_to_bfloat16(&self, v: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let int = |x: i64| self.constant(Scalar::Int(x), DType::Int32);
+        let bits = self.op1("arith.bitcast", &[v], self.elem_type(DType::Int32)?, &[])?;
+        let high = self.same("arith.shrui", &[bits, int(16)?])?;
+        let odd = self.same("arith.andi", &[high, int(1)?])?;
+        let bias = self.same("arith.addi", &[odd, int(0x7FFF)?])?;
+        let rounded = self.same("arith.addi", &[bits, bias])?;
+        let high = self.same("arith.shrui", &[rounded, int(16)?])?;
+        let high = self.op1("arith.trunci", &[high], self.elem_type(DType::Int16)?, &[])?;
+        let nan = self.constant(Scalar::Int(0x7FC0), DType::Int16)?;
+        let is_nan = self.cmpf("uno", v, v)?;
+        let high = self.select(is_nan, nan, high)?;
+        self.op1(
+            "arith.bitcast",
+            &[high],
+            self.elem_type(DType::Bfloat16)?,
+            &[],
+        )
     }
 
     // ---- tensors -------------------------------------------------------------------------
@@ -421,7 +495,8 @@ impl<'c, 'a> Emit<'c, 'a> {
         let mut arg_types = Vec::new();
         for (v, _) in inputs.iter().chain(outputs) {
             let ty = v.r#type();
-            let elem = element_type_of(ty).ok_or_else(|| internal("generic operand is not a shaped type"))?;
+            let elem = element_type_of(ty)
+                .ok_or_else(|| internal("generic operand is not a shaped type"))?;
             arg_types.push((elem, self.loc));
         }
         let block = Block::new(&arg_types);
@@ -440,7 +515,11 @@ impl<'c, 'a> Emit<'c, 'a> {
         }
         let region = Region::new();
         region.append_block(block);
-        let maps: Vec<&str> = inputs.iter().chain(outputs).map(|(_, m)| m.as_str()).collect();
+        let maps: Vec<&str> = inputs
+            .iter()
+            .chain(outputs)
+            .map(|(_, m)| m.as_str())
+            .collect();
         let maps = self.attr(&format!("[{}]", maps.join(", ")))?;
         let iters: Vec<&str> = iterators
             .iter()
@@ -481,13 +560,23 @@ impl<'c, 'a> Emit<'c, 'a> {
         result_shape: &[i64],
         dtype: DType,
     ) -> Result<Value<'c, 'a>> {
+        if result_shape.contains(&0) || sizes.contains(&0) {
+            // MLIR rejects slices at offsets that are out of bounds of a size-0 dimension
+            // (`x[4:]` of 4 rows, any slice of an empty tensor); the result holds nothing.
+            return self.empty(result_shape, dtype);
+        }
         let attrs = [
             ("static_offsets", self.attr(&i64_array(offsets))?),
             ("static_sizes", self.attr(&i64_array(sizes))?),
             ("static_strides", self.attr(&i64_array(strides))?),
             ("operandSegmentSizes", self.attr("array<i32: 1, 0, 0, 0>")?),
         ];
-        self.op1("tensor.extract_slice", &[source], self.tensor_type(result_shape, dtype)?, &attrs)
+        self.op1(
+            "tensor.extract_slice",
+            &[source],
+            self.tensor_type(result_shape, dtype)?,
+            &attrs,
+        )
     }
 
     /// `tensor.insert_slice` of `source` into `dest` at static offsets with unit strides.
@@ -498,14 +587,26 @@ impl<'c, 'a> Emit<'c, 'a> {
         offsets: &[i64],
         sizes: &[i64],
     ) -> Result<Value<'c, 'a>> {
+        if sizes.contains(&0) {
+            // Inserting nothing (MLIR would reject the offset of an empty slice).
+            return Ok(dest);
+        }
         let ones = vec![1i64; sizes.len()];
         let attrs = [
             ("static_offsets", self.attr(&i64_array(offsets))?),
             ("static_sizes", self.attr(&i64_array(sizes))?),
             ("static_strides", self.attr(&i64_array(&ones))?),
-            ("operandSegmentSizes", self.attr("array<i32: 1, 1, 0, 0, 0>")?),
+            (
+                "operandSegmentSizes",
+                self.attr("array<i32: 1, 1, 0, 0, 0>")?,
+            ),
         ];
-        self.op1("tensor.insert_slice", &[source, dest], dest.r#type(), &attrs)
+        self.op1(
+            "tensor.insert_slice",
+            &[source, dest],
+            dest.r#type(),
+            &attrs,
+        )
     }
 
     /// Any reshape that keeps the element count: collapse to 1-D, then expand to the target.

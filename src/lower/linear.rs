@@ -44,12 +44,19 @@ fn contract<'c, 'a>(
     let (m, k) = (a.shape[rank - 2], a.shape[rank - 1]);
     let (k2, n) = (b.shape[rank - 2], b.shape[rank - 1]);
     if k != k2 || (rank == 3 && a.shape[0] != b.shape[0]) {
-        return fail(format!("shapes {:?} and {:?} cannot be multiplied", a.shape, b.shape));
+        return fail(format!(
+            "shapes {:?} and {:?} cannot be multiplied",
+            a.shape, b.shape
+        ));
     }
     if dtype.is_bool() {
         return fail("matrix products of bool tensors are not supported");
     }
-    let acc = if dtype.is_float() { dtype.compute() } else { dtype };
+    let acc = if dtype.is_float() {
+        dtype.compute()
+    } else {
+        dtype
+    };
     let a = ctx.cast(a, dtype)?;
     let b = ctx.cast(b, dtype)?;
     let mut shape = vec![m, n];
@@ -57,7 +64,11 @@ fn contract<'c, 'a>(
         shape.insert(0, a.shape[0]);
     }
     let zero = ctx.e.splat(&shape, acc, Scalar::Int(0))?;
-    let name = if rank == 2 { "linalg.matmul" } else { "linalg.batch_matmul" };
+    let name = if rank == 2 {
+        "linalg.matmul"
+    } else {
+        "linalg.batch_matmul"
+    };
     let value = ctx.e.named_linalg(name, &[a.value, b.value], zero)?;
     Ok(Tensor {
         value,
@@ -76,9 +87,16 @@ fn lower_product<'c, 'a>(
         Product::Mm | Product::Bmm => (ctx.tensor(node, 0)?, ctx.tensor(node, 1)?),
         Product::Addmm => (ctx.tensor(node, 1)?, ctx.tensor(node, 2)?),
     };
-    let expected_rank = if matches!(product, Product::Bmm) { 3 } else { 2 };
+    let expected_rank = if matches!(product, Product::Bmm) {
+        3
+    } else {
+        2
+    };
     if a.rank() != expected_rank {
-        return fail(format!("expected rank-{expected_rank} operands, got {:?}", a.shape));
+        return fail(format!(
+            "expected rank-{expected_rank} operands, got {:?}",
+            a.shape
+        ));
     }
     let prod = contract(ctx, &a, &b, out.dtype)?;
     let acc = prod.dtype;

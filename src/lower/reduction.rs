@@ -26,6 +26,9 @@ enum Dims {
     All,
     /// An optional int list at this argument; `None` or `[]` means all dimensions.
     List(usize),
+    /// An optional int list at this argument; `None` means all dimensions and `[]` none
+    /// (`any.dims`, unlike `sum.dim_IntList`).
+    ExactList(usize),
     /// A single int at this argument.
     One(usize),
     /// An optional single int at this argument; `None` means all dimensions, flattened.
@@ -43,7 +46,7 @@ const REDUCTIONS: &[(&str, Reduce, Dims)] = &[
     ("aten.min.default", Reduce::Min, Dims::All),
     ("aten.any.default", Reduce::Any, Dims::All),
     ("aten.any.dim", Reduce::Any, Dims::One(1)),
-    ("aten.any.dims", Reduce::Any, Dims::List(1)),
+    ("aten.any.dims", Reduce::Any, Dims::ExactList(1)),
     ("aten.var.correction", Reduce::Var, Dims::List(1)),
     ("aten.var_mean.correction", Reduce::VarMean, Dims::List(1)),
     ("aten.argmax.default", Reduce::ArgMax, Dims::OptOne(1)),
@@ -52,19 +55,33 @@ const REDUCTIONS: &[(&str, Reduce, Dims)] = &[
 
 pub(super) fn register(r: &mut Registry) {
     for &(op, reduce, dims) in REDUCTIONS {
-        r.add(op, move |ctx, node| lower_reduction(ctx, node, reduce, dims));
+        r.add(op, move |ctx, node| {
+            lower_reduction(ctx, node, reduce, dims)
+        });
     }
 }
 
-fn reduced_dims(ctx: &LowerCtx, node: &Node, dims: Dims, rank: usize) -> Result<Option<Vec<usize>>> {
+fn reduced_dims(
+    ctx: &LowerCtx,
+    node: &Node,
+    dims: Dims,
+    rank: usize,
+) -> Result<Option<Vec<usize>>> {
     let list = match dims {
         Dims::All => None,
         Dims::List(i) => ctx.opt_int_list(node, i)?,
+        Dims::ExactList(i) => match node.args.get(i) {
+            None | Some(crate::graph::Arg::None) => None,
+            Some(_) => Some(ctx.int_list(node, i)?),
+        },
         Dims::One(i) => Some(vec![ctx.int(node, i)?]),
         Dims::OptOne(i) => ctx.opt_int(node, i)?.map(|d| vec![d]),
     };
     let Some(list) = list else { return Ok(None) };
-    let mut out: Vec<usize> = list.iter().map(|&d| norm_dim(d, rank)).collect::<Result<_>>()?;
+    let mut out: Vec<usize> = list
+        .iter()
+        .map(|&d| norm_dim(d, rank))
+        .collect::<Result<_>>()?;
     out.sort_unstable();
     out.dedup();
     // Reducing over a dimension of a 0-d tensor is the identity.
@@ -83,12 +100,15 @@ fn lower_reduction<'c, 'a>(
     let mut x = ctx.tensor(node, 0)?;
     let out = ctx.out(0)?.clone();
     let dims = match reduced_dims(ctx, node, dims, x.rank())? {
-        Some(d) => d,
-        None if matches!(reduce, Reduce::ArgMax | Reduce::ArgMin) => {
-            // argmax without a dim indexes the flattened tensor.
+        // argmax without a dim indexes the flattened tensor; so does argmax of a 0-d tensor
+        // (whose dim 0 / -1 names the tensor itself).
+        d if matches!(reduce, Reduce::ArgMax | Reduce::ArgMin)
+            && d.as_ref().is_none_or(|d| d.is_empty()) =>
+        {
             x = ctx.reshape(&x, &[x.shape.iter().product()])?;
             vec![0]
         }
+        Some(d) => d,
         None => (0..x.rank()).collect(),
     };
     let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
@@ -99,7 +119,11 @@ fn lower_reduction<'c, 'a>(
             let sum = ctx.reduce(&x, &dims, acc, Scalar::Int(0), |b, a, v| {
                 b.same(if float { "arith.addf" } else { "arith.addi" }, &[a, v])
             })?;
-            let result = if matches!(reduce, Reduce::Mean) { scale(ctx, &sum, count, 0)? } else { sum };
+            let result = if matches!(reduce, Reduce::Mean) {
+                scale(ctx, &sum, count, 0)?
+            } else {
+                sum
+            };
             vec![result]
         }
         Reduce::Max | Reduce::Min => {
@@ -122,9 +146,16 @@ fn lower_reduction<'c, 'a>(
                 Some(_) => ctx.float(node, 2)?,
             };
             let (var, mean) = variance(ctx, &x, &dims, out.dtype, correction)?;
-            if matches!(reduce, Reduce::VarMean) { vec![var, mean] } else { vec![var] }
+            if matches!(reduce, Reduce::VarMean) {
+                vec![var, mean]
+            } else {
+                vec![var]
+            }
         }
-        Reduce::ArgMax | Reduce::ArgMin => vec![arg_extreme(ctx, &x, dims[0], matches!(reduce, Reduce::ArgMax))?],
+        Reduce::ArgMax | Reduce::ArgMin => match dims.first() {
+            Some(&dim) => vec![arg_extreme(ctx, &x, dim, matches!(reduce, Reduce::ArgMax))?],
+            None => return fail("argmax/argmin needs a dimension to reduce"),
+        },
     };
     results
         .iter()
@@ -138,21 +169,33 @@ fn lower_reduction<'c, 'a>(
 }
 
 /// `t / divisor` elementwise (a mean from a sum); `divisor` 0 gives NaN as in PyTorch.
-fn scale<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>, count: i64, correction: i64) -> Result<Tensor<'c, 'a>> {
+fn scale<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    t: &Tensor<'c, 'a>,
+    count: i64,
+    correction: i64,
+) -> Result<Tensor<'c, 'a>> {
     let dtype = t.dtype;
     if !dtype.is_float() {
         return fail("mean needs a floating-point dtype");
     }
     let divisor = (count - correction).max(0) as f64;
     let value = ctx.elementwise(
-        &[super::Operand::Tensor(t.clone()), super::Operand::Scalar(Scalar::Float(divisor))],
+        &[
+            super::Operand::Tensor(t.clone()),
+            super::Operand::Scalar(Scalar::Float(divisor)),
+        ],
         &[dtype, dtype],
         dtype,
         &t.shape,
         dtype,
         |b, v| b.same("arith.divf", &[v[0], v[1]]),
     )?;
-    Ok(Tensor { value, shape: t.shape.clone(), dtype })
+    Ok(Tensor {
+        value,
+        shape: t.shape.clone(),
+        dtype,
+    })
 }
 
 /// Two-pass variance: the mean, then the mean squared deviation with `correction`.
@@ -168,14 +211,22 @@ fn variance<'c, 'a>(
     }
     let acc = out.compute();
     let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
-    let sum = ctx.reduce(x, dims, acc, Scalar::Int(0), |b, a, v| b.same("arith.addf", &[a, v]))?;
+    let sum = ctx.reduce(x, dims, acc, Scalar::Int(0), |b, a, v| {
+        b.same("arith.addf", &[a, v])
+    })?;
     let mean = scale(ctx, &sum, count, 0)?;
     // Deviation: broadcast the mean back over the reduced dimensions.
     let rank = x.rank();
     let kept: Vec<Option<usize>> = (0..rank).filter(|d| !dims.contains(d)).map(Some).collect();
     let init = ctx.e.splat(&mean.shape, acc, Scalar::Int(0))?;
     let iters: Vec<Iter> = (0..rank)
-        .map(|d| if dims.contains(&d) { Iter::Reduction } else { Iter::Parallel })
+        .map(|d| {
+            if dims.contains(&d) {
+                Iter::Reduction
+            } else {
+                Iter::Parallel
+            }
+        })
         .collect();
     let from = x.dtype;
     let squares = ctx.e.generic(
@@ -192,25 +243,40 @@ fn variance<'c, 'a>(
             Ok(vec![b.same("arith.addf", &[v[2], sq])?])
         },
     )?;
-    let squares = Tensor { value: squares[0], shape: mean.shape.clone(), dtype: acc };
+    let squares = Tensor {
+        value: squares[0],
+        shape: mean.shape.clone(),
+        dtype: acc,
+    };
     // A fractional correction is legal in PyTorch; divide by max(N - correction, 0).
     let divisor = (count as f64 - correction).max(0.0);
     let value = ctx.elementwise(
-        &[super::Operand::Tensor(squares), super::Operand::Scalar(Scalar::Float(divisor))],
+        &[
+            super::Operand::Tensor(squares),
+            super::Operand::Scalar(Scalar::Float(divisor)),
+        ],
         &[acc, acc],
         acc,
         &mean.shape,
         acc,
         |b, v| b.same("arith.divf", &[v[0], v[1]]),
     )?;
-    let var = Tensor { value, shape: mean.shape.clone(), dtype: acc };
+    let var = Tensor {
+        value,
+        shape: mean.shape.clone(),
+        dtype: acc,
+    };
     Ok((var, mean))
 }
 
 /// The identity element of max (`lowest = true`) or min over `dtype`.
 fn extreme(dtype: DType, lowest: bool) -> Scalar {
     if dtype.is_float() {
-        return Scalar::Float(if lowest { f64::NEG_INFINITY } else { f64::INFINITY });
+        return Scalar::Float(if lowest {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
     }
     if dtype.is_bool() {
         return Scalar::Bool(!lowest);
@@ -239,17 +305,33 @@ fn min_max_op(dtype: DType, max: bool) -> &'static str {
 }
 
 /// Index of the first maximum (or minimum) along `dim`; NaN counts as the extreme.
-fn arg_extreme<'c, 'a>(ctx: &LowerCtx<'c, 'a>, x: &Tensor<'c, 'a>, dim: usize, max: bool) -> Result<Tensor<'c, 'a>> {
+fn arg_extreme<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    dim: usize,
+    max: bool,
+) -> Result<Tensor<'c, 'a>> {
     let rank = x.rank();
     let dtype = x.dtype;
     let kept: Vec<Option<usize>> = (0..rank).filter(|&d| d != dim).map(Some).collect();
-    let shape: Vec<i64> = (0..rank).filter(|&d| d != dim).map(|d| x.shape[d]).collect();
+    let shape: Vec<i64> = (0..rank)
+        .filter(|&d| d != dim)
+        .map(|d| x.shape[d])
+        .collect();
     if x.shape.get(dim) == Some(&0) {
         return fail("argmax/argmin of an empty dimension is undefined");
     }
     let best = ctx.e.splat(&shape, dtype, extreme(dtype, max))?;
     let index = ctx.e.splat(&shape, DType::Int64, Scalar::Int(0))?;
-    let iters: Vec<Iter> = (0..rank).map(|d| if d == dim { Iter::Reduction } else { Iter::Parallel }).collect();
+    let iters: Vec<Iter> = (0..rank)
+        .map(|d| {
+            if d == dim {
+                Iter::Reduction
+            } else {
+                Iter::Parallel
+            }
+        })
+        .collect();
     let out_map = emit::affine_map(rank, &kept);
     let results = ctx.e.generic(
         &[(x.value, emit::identity_map(rank))],
@@ -267,11 +349,23 @@ fn arg_extreme<'c, 'a>(ctx: &LowerCtx<'c, 'a>, x: &Tensor<'c, 'a>, dim: usize, m
                 b.compare(if max { "gt" } else { "lt" }, value, current, dtype)?
             };
             let position = linalg_index(b, dim)?;
-            let position = b.op1("arith.index_cast", &[position], b.elem_type(DType::Int64)?, &[])?;
-            Ok(vec![b.select(better, value, current)?, b.select(better, position, current_index)?])
+            let position = b.op1(
+                "arith.index_cast",
+                &[position],
+                b.elem_type(DType::Int64)?,
+                &[],
+            )?;
+            Ok(vec![
+                b.select(better, value, current)?,
+                b.select(better, position, current_index)?,
+            ])
         },
     )?;
-    Ok(Tensor { value: results[1], shape, dtype: DType::Int64 })
+    Ok(Tensor {
+        value: results[1],
+        shape,
+        dtype: DType::Int64,
+    })
 }
 
 pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {
