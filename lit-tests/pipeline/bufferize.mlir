@@ -1,0 +1,140 @@
+// RUN: fxmlir-opt --pipeline bufferize --split-input-file %s | FileCheck %s --enable-var-scope
+
+// The bufferize stage (one-shot-bufferize over function boundaries, buffer deallocation) on the
+// output of fusion: no tensors remain; results are computed in place in the caller's output
+// memrefs; only intermediates get a buffer (allocated and freed in the function).
+
+// A fused elementwise function reads the input memrefs and writes the output memref directly.
+// CHECK-DAG: #[[$ID:.*]] = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-DAG: #[[$ROW:.*]] = affine_map<(d0, d1) -> (d1)>
+// CHECK-LABEL: func.func @chain(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<8xf32>
+// CHECK-SAME:      %[[ARG2:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-NOT:   tensor
+// CHECK-NOT:   memref.alloc
+// CHECK:       linalg.generic {indexing_maps = [#[[$ID]], #[[$ROW]], #[[$ID]]], iterator_types = ["parallel", "parallel"]}
+// CHECK-SAME:      ins(%[[ARG0]], %[[ARG1]] : memref<4x8xf32>, memref<8xf32>) outs(%[[ARG2]] : memref<4x8xf32>)
+// CHECK:         arith.mulf
+// CHECK-NOT:   tensor
+// CHECK-NOT:   memref.copy
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @chain(%arg0: memref<4x8xf32>, %arg1: memref<8xf32>, %arg2: memref<4x8xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 2.000000e+00 : f32
+  %cst_0 = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x8xf32> to tensor<4x8xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<8xf32> to tensor<8xf32>
+  %2 = tensor.empty() : tensor<4x8xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%0, %1 : tensor<4x8xf32>, tensor<8xf32>) outs(%2 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %in_1: f32, %out: f32):
+    %4 = arith.addf %in, %in_1 : f32
+    %5 = arith.maximumf %4, %cst_0 : f32
+    %6 = arith.mulf %5, %cst : f32
+    linalg.yield %6 : f32
+  } -> tensor<4x8xf32>
+  bufferization.materialize_in_destination %3 in restrict writable %arg2 : (tensor<4x8xf32>, memref<4x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// A reduction fills and accumulates straight into the output memref.
+// CHECK-LABEL: func.func @sum_of_exp(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<4xf32>
+// CHECK-NOT:   memref.alloc
+// CHECK:       %[[ZERO:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK:       linalg.fill ins(%[[ZERO]] : f32) outs(%[[ARG1]] : memref<4xf32>)
+// CHECK:       linalg.generic {{.*}} ins(%[[ARG0]] : memref<4x8xf32>) outs(%[[ARG1]] : memref<4xf32>)
+// CHECK-NOT:   tensor
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d0)>
+func.func @sum_of_exp(%arg0: memref<4x8xf32>, %arg1: memref<4xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x8xf32> to tensor<4x8xf32>
+  %1 = tensor.empty() : tensor<4xf32>
+  %2 = linalg.fill ins(%cst : f32) outs(%1 : tensor<4xf32>) -> tensor<4xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "reduction"]} ins(%0 : tensor<4x8xf32>) outs(%2 : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = math.exp %in : f32
+    %5 = arith.addf %out, %4 : f32
+    linalg.yield %5 : f32
+  } -> tensor<4xf32>
+  bufferization.materialize_in_destination %3 in restrict writable %arg1 : (tensor<4xf32>, memref<4xf32>) -> ()
+  return
+}
+
+// -----
+
+// The matmul result is an intermediate: one 64-byte-aligned buffer, freed after its last use;
+// the epilogue writes the output in place.
+// CHECK-LABEL: func.func @linear_relu(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<8x16xf32>
+// CHECK-SAME:      %[[ARG2:[a-zA-Z0-9_]+]]: memref<16xf32>
+// CHECK-SAME:      %[[ARG3:[a-zA-Z0-9_]+]]: memref<4x16xf32>
+// CHECK:       %[[BUF:.*]] = memref.alloc() {alignment = 64 : i64} : memref<4x16xf32>
+// CHECK:       linalg.fill ins(%{{.*}} : f32) outs(%[[BUF]] : memref<4x16xf32>)
+// CHECK:       linalg.matmul ins(%[[ARG0]], %[[ARG1]] : memref<4x8xf32>, memref<8x16xf32>) outs(%[[BUF]] : memref<4x16xf32>)
+// CHECK:       linalg.generic {{.*}} ins(%[[BUF]], %[[ARG2]] : memref<4x16xf32>, memref<16xf32>) outs(%[[ARG3]] : memref<4x16xf32>)
+// CHECK:       memref.dealloc %[[BUF]] : memref<4x16xf32>
+// CHECK-NOT:   memref.alloc
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @linear_relu(%arg0: memref<4x8xf32>, %arg1: memref<8x16xf32>, %arg2: memref<16xf32>, %arg3: memref<4x16xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x8xf32> to tensor<4x8xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<8x16xf32> to tensor<8x16xf32>
+  %2 = bufferization.to_tensor %arg2 restrict : memref<16xf32> to tensor<16xf32>
+  %3 = tensor.empty() : tensor<4x16xf32>
+  %4 = linalg.fill ins(%cst : f32) outs(%3 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %5 = linalg.matmul ins(%0, %1 : tensor<4x8xf32>, tensor<8x16xf32>) outs(%4 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %6 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel"]} ins(%5, %2 : tensor<4x16xf32>, tensor<16xf32>) outs(%3 : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %7 = arith.addf %in, %in_0 : f32
+    %8 = arith.maximumf %7, %cst : f32
+    linalg.yield %8 : f32
+  } -> tensor<4x16xf32>
+  bufferization.materialize_in_destination %6 in restrict writable %arg3 : (tensor<4x16xf32>, memref<4x16xf32>) -> ()
+  return
+}
+
+// -----
+
+// A strided input is read through its strided memref; a slice becomes a memref.subview that is
+// copied into its output; a strided output is written in place through its layout.
+// CHECK-LABEL: func.func @strided(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<4x8xf32, strided<[1, 4]>>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<4x4xf32>
+// CHECK-SAME:      %[[ARG2:[a-zA-Z0-9_]+]]: memref<4x8xf32, strided<[1, 4]>>
+// CHECK:       %[[BUF:.*]] = memref.alloc() {{.*}} : memref<4x8xf32>
+// CHECK:       linalg.generic {{.*}} ins(%[[ARG0]] : memref<4x8xf32, strided<[1, 4]>>) outs(%[[BUF]] : memref<4x8xf32>)
+// CHECK:       %[[SV:.*]] = memref.subview %[[BUF]][0, 0] [4, 4] [1, 1] : memref<4x8xf32> to memref<4x4xf32, strided<[8, 1]>>
+// CHECK:       linalg.generic {{.*}} ins(%[[BUF]] : memref<4x8xf32>) outs(%[[ARG2]] : memref<4x8xf32, strided<[1, 4]>>)
+// CHECK:       memref.copy %[[SV]], %[[ARG1]] : memref<4x4xf32, strided<[8, 1]>> to memref<4x4xf32>
+// CHECK:       memref.dealloc %[[BUF]]
+// CHECK-NOT:   tensor
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @strided(%arg0: memref<4x8xf32, strided<[1, 4]>>, %arg1: memref<4x4xf32>, %arg2: memref<4x8xf32, strided<[1, 4]>>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x8xf32, strided<[1, 4]>> to tensor<4x8xf32>
+  %1 = tensor.empty() : tensor<4x8xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<4x8xf32>) outs(%1 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = math.exp %in : f32
+    linalg.yield %4 : f32
+  } -> tensor<4x8xf32>
+  %extracted_slice = tensor.extract_slice %2[0, 0] [4, 4] [1, 1] : tensor<4x8xf32> to tensor<4x4xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%2 : tensor<4x8xf32>) outs(%1 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = arith.negf %in : f32
+    linalg.yield %4 : f32
+  } -> tensor<4x8xf32>
+  bufferization.materialize_in_destination %extracted_slice in restrict writable %arg1 : (tensor<4x4xf32>, memref<4x4xf32>) -> ()
+  bufferization.materialize_in_destination %3 in restrict writable %arg2 : (tensor<4x8xf32>, memref<4x8xf32, strided<[1, 4]>>) -> ()
+  return
+}

@@ -1,0 +1,217 @@
+// RUN: fxmlir-opt --pipeline schedule --split-input-file %s \
+// RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
+// REQUIRES: avx512
+
+// The schedule stage on linalg on tensors as the fusion stage leaves it: Rust picks tile sizes
+// from the static shapes (dividing every dimension, for AVX-512), appends a transform script,
+// `transform-interpreter` tiles and vectorises each f32/f64 matmul and batch_matmul, and the
+// script and its tags are erased afterwards (no `transform.` or `fxmlir.` remains).
+
+// A product with a bias+ReLU consumer: 8x32 register tiles (16 zmm accumulators) carried by
+// the reduction loop in vector registers, 4 steps of k per iteration; the epilogue is tiled
+// with the product, so the product never reaches memory; the fill folds into the zero init.
+// CHECK-LABEL: func.func @addmm_relu(
+// CHECK-DAG:     %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8x32xf32>
+// CHECK-DAG:     %[[C4:.*]] = arith.constant 4 : index
+// CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
+// CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
+// CHECK-NOT:     linalg.
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]] iter_args
+// CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]] iter_args(%[[OUT:.*]] = %{{.*}})
+// CHECK:             %[[ACC:.*]] = scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %[[C4]] iter_args(%[[A:.*]] = %[[ZERO]]) -> (vector<8x32xf32>)
+// CHECK:               %[[L:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[K]]]{{.*}} : tensor<256x512xf32>, vector<8x4xf32>
+// CHECK:               %[[R:.*]] = vector.transfer_read %{{.*}}[%[[K]], %[[J]]]{{.*}} : tensor<512x256xf32>, vector<4x32xf32>
+// CHECK:               %[[P:.*]] = vector.contract {{.*}} %[[L]], %[[R]], %[[A]] : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:               scf.yield %[[P]] : vector<8x32xf32>
+// CHECK:             %[[BIAS:.*]] = vector.transfer_read {{.*}} : tensor<256xf32>, vector<8x32xf32>
+// CHECK:             %[[SUM:.*]] = arith.addf %[[ACC]], %[[BIAS]] : vector<8x32xf32>
+// CHECK:             %[[RELU:.*]] = arith.maximumf %[[SUM]], %{{.*}} : vector<8x32xf32>
+// CHECK:             vector.transfer_write %[[RELU]], %[[OUT]][%[[I]], %[[J]]] {{.*}} : vector<8x32xf32>, tensor<256x256xf32>
+// CHECK-NOT:     linalg.
+// CHECK:         bufferization.materialize_in_destination
+func.func @addmm_relu(%arg0: memref<256x512xf32>, %arg1: memref<512x256xf32>, %arg2: memref<256xf32>, %arg3: memref<256x256xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<256x512xf32> to tensor<256x512xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<512x256xf32> to tensor<512x256xf32>
+  %2 = bufferization.to_tensor %arg2 restrict : memref<256xf32> to tensor<256xf32>
+  %3 = tensor.empty() : tensor<256x256xf32>
+  %4 = linalg.fill ins(%cst : f32) outs(%3 : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %5 = linalg.matmul ins(%0, %1 : tensor<256x512xf32>, tensor<512x256xf32>) outs(%4 : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %6 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%5, %2 : tensor<256x256xf32>, tensor<256xf32>) outs(%3 : tensor<256x256xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %7 = arith.addf %in, %in_0 : f32
+    %8 = arith.maximumf %7, %cst : f32
+    linalg.yield %8 : f32
+  } -> tensor<256x256xf32>
+  bufferization.materialize_in_destination %6 in restrict writable %arg3 : (tensor<256x256xf32>, memref<256x256xf32>) -> ()
+  return
+}
+
+// -----
+
+// 1024^3: the right operand (4 MiB) exceeds L2, so the reduction is blocked by 128 outside
+// the register tiles; the accumulator is loaded from and stored to the output per block, which
+// the whole-tensor fill zeroes first.
+// CHECK-LABEL: func.func @mm_blocked(
+// CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
+// CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
+// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK:         scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %[[C128]] iter_args(%{{.*}} = %[[FILL]])
+// CHECK:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]]
+// CHECK:             scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]]
+// CHECK:               %[[INIT:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[J]]]{{.*}} : tensor<1024x1024xf32>, vector<8x32xf32>
+// CHECK:               %[[ACC:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (vector<8x32xf32>)
+// CHECK:                 vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:               vector.transfer_write %[[ACC]], %{{.*}}[%[[I]], %[[J]]]
+// CHECK-NOT:     linalg.matmul
+func.func @mm_blocked(%arg0: memref<1024x1024xf32>, %arg1: memref<1024x1024xf32>, %arg2: memref<1024x1024xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<1024x1024xf32> to tensor<1024x1024xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<1024x1024xf32> to tensor<1024x1024xf32>
+  %2 = tensor.empty() : tensor<1024x1024xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<1024x1024xf32>, tensor<1024x1024xf32>) outs(%3 : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<1024x1024xf32>, memref<1024x1024xf32>) -> ()
+  return
+}
+
+// -----
+
+// 64 rows: the left block (64 x 128) stays in cache while columns vary, so column tiles go
+// outermost after the reduction blocks.
+// CHECK-LABEL: func.func @mm_wide(
+// CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
+// CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C128]]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]]
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]]
+// CHECK:               vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK-NOT:     linalg.matmul
+func.func @mm_wide(%arg0: memref<64x4096xf32>, %arg1: memref<4096x1024xf32>, %arg2: memref<64x1024xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<64x4096xf32> to tensor<64x4096xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<4096x1024xf32> to tensor<4096x1024xf32>
+  %2 = tensor.empty() : tensor<64x1024xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<64x1024xf32>) -> tensor<64x1024xf32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<64x4096xf32>, tensor<4096x1024xf32>) outs(%3 : tensor<64x1024xf32>) -> tensor<64x1024xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<64x1024xf32>, memref<64x1024xf32>) -> ()
+  return
+}
+
+// -----
+
+// f64: two zmm of 8 lanes per row.
+// CHECK-LABEL: func.func @mm_f64(
+// CHECK:         vector.contract {{.*}} : vector<8x4xf64>, vector<4x16xf64> into vector<8x16xf64>
+// CHECK-NOT:     linalg.
+func.func @mm_f64(%arg0: memref<24x40xf64>, %arg1: memref<40x48xf64>, %arg2: memref<24x48xf64>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f64
+  %0 = bufferization.to_tensor %arg0 restrict : memref<24x40xf64> to tensor<24x40xf64>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<40x48xf64> to tensor<40x48xf64>
+  %2 = tensor.empty() : tensor<24x48xf64>
+  %3 = linalg.fill ins(%cst : f64) outs(%2 : tensor<24x48xf64>) -> tensor<24x48xf64>
+  %4 = linalg.matmul ins(%0, %1 : tensor<24x40xf64>, tensor<40x48xf64>) outs(%3 : tensor<24x48xf64>) -> tensor<24x48xf64>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<24x48xf64>, memref<24x48xf64>) -> ()
+  return
+}
+
+// -----
+
+// Awkward sizes keep full tiles: 37 rows (prime) are cut after 32 into 8-row tiles and one
+// 5-row tile (each part accumulating into its slice of the filled output), 23 columns are one
+// 23-lane row, 19 (prime) reduction steps go one at a time; the unit batch dimension is dropped
+// from the vector ops.
+// CHECK-LABEL: func.func @bmm_odd(
+// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK:         scf.for {{.*}} -> (tensor<4x32x23xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<4x32x23xf32>)
+// CHECK:             scf.for {{.*}} -> (vector<8x23xf32>)
+// CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x23xf32> into vector<8x23xf32>
+// CHECK:         %[[TOP:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0, 0] [4, 32, 23]
+// CHECK:         scf.for {{.*}} -> (tensor<4x5x23xf32>)
+// CHECK:           scf.for {{.*}} -> (vector<5x23xf32>)
+// CHECK:             vector.contract {{.*}} : vector<5x1xf32>, vector<1x23xf32> into vector<5x23xf32>
+// CHECK:         tensor.insert_slice %{{.*}} into %[[TOP]][0, 32, 0] [4, 5, 23]
+// CHECK-NOT:     linalg.
+func.func @bmm_odd(%arg0: memref<4x37x19xf32>, %arg1: memref<4x19x23xf32>, %arg2: memref<4x37x23xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x37x19xf32> to tensor<4x37x19xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<4x19x23xf32> to tensor<4x19x23xf32>
+  %2 = tensor.empty() : tensor<4x37x23xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<4x37x23xf32>) -> tensor<4x37x23xf32>
+  %4 = linalg.batch_matmul ins(%0, %1 : tensor<4x37x19xf32>, tensor<4x19x23xf32>) outs(%3 : tensor<4x37x23xf32>) -> tensor<4x37x23xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<4x37x23xf32>, memref<4x37x23xf32>) -> ()
+  return
+}
+
+// -----
+
+// 1000 columns are no whole number of vectors: 31 two-vector tiles up to column 992, then
+// one 8-column tile.
+// CHECK-LABEL: func.func @mm_cols(
+// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK:         scf.for {{.*}} -> (tensor<16x992xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<16x992xf32>)
+// CHECK:             vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:         %[[MAIN:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0] [16, 992]
+// CHECK:         scf.for {{.*}} -> (tensor<16x8xf32>)
+// CHECK:           vector.contract {{.*}} : vector<8x4xf32>, vector<4x8xf32> into vector<8x8xf32>
+// CHECK:         tensor.insert_slice %{{.*}} into %[[MAIN]][0, 992] [16, 8]
+// CHECK-NOT:     linalg.
+func.func @mm_cols(%arg0: memref<16x64xf32>, %arg1: memref<64x1000xf32>, %arg2: memref<16x1000xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<16x64xf32> to tensor<16x64xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<64x1000xf32> to tensor<64x1000xf32>
+  %2 = tensor.empty() : tensor<16x1000xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<16x1000xf32>) -> tensor<16x1000xf32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<16x64xf32>, tensor<64x1000xf32>) outs(%3 : tensor<16x1000xf32>) -> tensor<16x1000xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<16x1000xf32>, memref<16x1000xf32>) -> ()
+  return
+}
+
+// -----
+
+// An operand computed by a linalg op (here a transpose) is not pulled into the tile loops,
+// where it would be recomputed per tile; the fill then stays outside too.
+// CHECK-LABEL: func.func @mm_transposed(
+// CHECK:         %[[T:.*]] = linalg.generic
+// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK:         vector.transfer_read %[[FILL]]
+// CHECK:         scf.for
+// CHECK:           vector.transfer_read %[[T]]
+// CHECK:           vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK-NOT:     linalg.matmul
+func.func @mm_transposed(%arg0: memref<8x16xf32>, %arg1: memref<32x16xf32>, %arg2: memref<8x32xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<8x16xf32> to tensor<8x16xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<32x16xf32> to tensor<32x16xf32>
+  %2 = tensor.empty() : tensor<16x32xf32>
+  %t = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%1 : tensor<32x16xf32>) outs(%2 : tensor<16x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<16x32xf32>
+  %3 = tensor.empty() : tensor<8x32xf32>
+  %4 = linalg.fill ins(%cst : f32) outs(%3 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %5 = linalg.matmul ins(%0, %t : tensor<8x16xf32>, tensor<16x32xf32>) outs(%4 : tensor<8x32xf32>) -> tensor<8x32xf32>
+  bufferization.materialize_in_destination %5 in restrict writable %arg2 : (tensor<8x32xf32>, memref<8x32xf32>) -> ()
+  return
+}
+
+// -----
+
+// Integer products keep the scalar path.
+// CHECK-LABEL: func.func @mm_i32(
+// CHECK:         linalg.matmul
+// CHECK-NOT:     vector.
+func.func @mm_i32(%arg0: memref<8x16xi32>, %arg1: memref<16x32xi32>, %arg2: memref<8x32xi32>) attributes {llvm.emit_c_interface} {
+  %c0 = arith.constant 0 : i32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<8x16xi32> to tensor<8x16xi32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<16x32xi32> to tensor<16x32xi32>
+  %2 = tensor.empty() : tensor<8x32xi32>
+  %3 = linalg.fill ins(%c0 : i32) outs(%2 : tensor<8x32xi32>) -> tensor<8x32xi32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<8x16xi32>, tensor<16x32xi32>) outs(%3 : tensor<8x32xi32>) -> tensor<8x32xi32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<8x32xi32>, memref<8x32xi32>) -> ()
+  return
+}
