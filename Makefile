@@ -10,7 +10,7 @@ PIP_PACKAGES := "torch==2.15.*" "maturin>=1.5,<2" pytest lit numpy ruff
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup apt venv build demo test test-rust test-lit test-python bench lint fmt op-list clean-dumps
+.PHONY: setup apt venv build demo test test-rust test-lit test-python test-docs op-support bench lint
 
 ## setup: Debian packages, the venv with torch, a release build installed into the venv.
 setup: apt venv build
@@ -43,8 +43,8 @@ build: venv
 demo: setup
 	$(PY) -m fxmlir.demo
 
-## test: cargo tests, the lit suite and the Python suite.
-test: setup test-rust test-lit test-python
+## test: cargo tests, the lit suite, the Python suite, and the generated docs are current.
+test: setup test-rust test-lit test-python test-docs
 
 test-rust:
 	cargo test --release -q
@@ -54,6 +54,13 @@ test-lit:
 
 test-python:
 	$(PY) -m pytest -q python/tests
+
+test-docs:
+	$(PY) scripts/op_support.py --check
+
+## op-support: regenerate docs/op-support.md after adding or removing a lowering.
+op-support:
+	$(PY) scripts/op_support.py
 
 ## bench: eager vs Inductor vs fxmlir; results in bench-results/.
 bench: setup
