@@ -11,9 +11,8 @@ import argparse
 import pathlib
 import sys
 
-import torch
-
 import fxmlir
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "op-support.md"
