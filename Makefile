@@ -6,7 +6,7 @@ APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-de
                 libpolly-22-dev libzstd-dev
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP_PACKAGES := "torch==2.15.*" "maturin>=1.5,<2" pytest lit numpy ruff
+PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
