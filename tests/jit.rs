@@ -200,9 +200,11 @@ fn dumps_every_stage() {
         "fx.json",
         "00-input.mlir",
         "01-fusion.mlir",
-        "02-bufferize.mlir",
-        "03-loops.mlir",
-        "04-llvm.mlir",
+        "02-schedule.transform.mlir",
+        "02-schedule.mlir",
+        "03-bufferize.mlir",
+        "04-loops.mlir",
+        "05-llvm.mlir",
         "ll",
     ] {
         let path = dir.join(format!("dumped.{suffix}"));

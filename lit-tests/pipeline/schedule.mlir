@@ -49,18 +49,20 @@ func.func @addmm_relu(%arg0: memref<256x512xf32>, %arg1: memref<512x256xf32>, %a
 
 // -----
 
-// 1024^3: the right operand (4 MiB) exceeds L2, so the reduction is blocked by 128 outside
-// the register tiles; the accumulator is loaded from and stored to the output per block, which
-// the whole-tensor fill zeroes first.
+// 1024^3: the right operand (4 MiB) exceeds L2, so it is walked in 128 x 512 blocks (256 KiB)
+// outside the register tiles; the accumulator is loaded from and stored to the output per
+// block, which the whole-tensor fill zeroes first.
 // CHECK-LABEL: func.func @mm_blocked(
+// CHECK-DAG:     %[[C512:.*]] = arith.constant 512 : index
 // CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK:         %[[FILL:.*]] = linalg.fill
-// CHECK:         scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %[[C128]] iter_args(%{{.*}} = %[[FILL]])
+// CHECK:         scf.for %[[NB:.*]] = %{{.*}} to %{{.*}} step %[[C512]] iter_args(%{{.*}} = %[[FILL]])
+// CHECK:         scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %[[C128]]
 // CHECK:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]]
 // CHECK:             scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]]
-// CHECK:               %[[INIT:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[J]]]{{.*}} : tensor<1024x1024xf32>, vector<8x32xf32>
+// CHECK:               %[[INIT:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[J]]]{{.*}} : tensor<1024x512xf32>, vector<8x32xf32>
 // CHECK:               %[[ACC:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (vector<8x32xf32>)
 // CHECK:                 vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
 // CHECK:               vector.transfer_write %[[ACC]], %{{.*}}[%[[I]], %[[J]]]
@@ -79,11 +81,13 @@ func.func @mm_blocked(%arg0: memref<1024x1024xf32>, %arg1: memref<1024x1024xf32>
 // -----
 
 // 64 rows: the left block (64 x 128) stays in cache while columns vary, so column tiles go
-// outermost after the reduction blocks.
+// outermost inside the blocks.
 // CHECK-LABEL: func.func @mm_wide(
+// CHECK-DAG:     %[[C512:.*]] = arith.constant 512 : index
 // CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C512]]
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C128]]
 // CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]]
 // CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]]

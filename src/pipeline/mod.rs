@@ -1,6 +1,11 @@
 //! Named MLIR pass pipelines. A pipeline is a list of stages; each stage is one textual
 //! pass pipeline that stock `mlir-opt` accepts, runs under a diagnostic handler and a tracing
 //! span, and can be dumped. A failing stage writes its input and a ready `mlir-opt` reproducer.
+//! The `schedule` stage also has Rust around its passes ([`schedule`]): before them it appends a
+//! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
+//! replays with stock `mlir-opt`), after them it erases the script.
+
+pub mod schedule;
 
 use crate::error::{Error, Result};
 use melior::{
@@ -13,17 +18,39 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// One stage: a name (used in dump file names and timings) and a pass pipeline.
+/// One stage: a name (used in dump file names and timings), a pass pipeline, and the Rust that
+/// runs around it.
 #[derive(Debug, Clone, Copy)]
 pub struct Stage {
     pub name: &'static str,
     pub pipeline: &'static str,
+    pub hook: Hook,
+}
+
+/// Rust work around a stage's passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// Passes only.
+    None,
+    /// [`schedule::attach`] before the passes, [`schedule::detach`] after them. Should the
+    /// passes fail, the stage is skipped (the module keeps the scalar path) with a warning and
+    /// a reproducer, rather than failing the compile.
+    Schedule,
 }
 
 /// Fuse elementwise producers into consumers on tensors, then clean up.
 const FUSION: Stage = Stage {
     name: "fusion",
     pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),canonicalize,cse)",
+    hook: Hook::None,
+};
+
+/// Tile and vectorise matrix products with the transform schedule [`schedule::attach`]
+/// generates; canonicalize and cse drop the untiled originals.
+const SCHEDULE: Stage = Stage {
+    name: "schedule",
+    pipeline: "builtin.module(transform-interpreter,canonicalize,cse)",
+    hook: Hook::Schedule,
 };
 
 /// Tensors to buffers; results are copied into the caller's memrefs. `eliminate-empty-tensors`
@@ -33,24 +60,31 @@ const FUSION: Stage = Stage {
 const BUFFERIZE: Stage = Stage {
     name: "bufferize",
     pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+    hook: Hook::None,
 };
 
-/// Structured ops to loop nests over memrefs.
+/// Structured ops to loop nests over memrefs. Vector transfers are unrolled to 1-D (the LLVM
+/// lowering handles no more) before scf becomes cf.
 const LOOPS: Stage = Stage {
     name: "loops",
-    pipeline: "builtin.module(func.func(convert-linalg-to-loops),expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
+    pipeline: "builtin.module(func.func(convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
+    hook: Hook::None,
 };
 
-/// Everything to the LLVM dialect. `approximate-log1p=false` keeps log1p exact (libm).
+/// Everything to the LLVM dialect. `approximate-log1p=false` keeps log1p exact (libm). Vector
+/// ops go after the math lowerings (libm calls on vectors are scalarised with vector ops);
+/// `vector.contract` becomes outer products (broadcast-FMA).
 const LLVM: Stage = Stage {
     name: "llvm",
-    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+    hook: Hook::None,
 };
 
 /// The pipelines by name; `default` is what the backend uses.
 pub const PIPELINES: &[(&str, &[Stage])] = &[
-    ("default", &[FUSION, BUFFERIZE, LOOPS, LLVM]),
+    ("default", &[FUSION, SCHEDULE, BUFFERIZE, LOOPS, LLVM]),
     ("fusion", &[FUSION]),
+    ("schedule", &[SCHEDULE]),
     ("bufferize", &[BUFFERIZE]),
     ("loops", &[LOOPS]),
     ("llvm", &[LLVM]),
@@ -179,9 +213,9 @@ pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str)
 
 /// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).
 /// Returns the time spent in each stage.
-pub fn run_stages(
-    context: &Context,
-    module: &mut Module,
+pub fn run_stages<'c>(
+    context: &'c Context,
+    module: &mut Module<'c>,
     stages: &[Stage],
     dumps: Option<&Dumps>,
     first: usize,
@@ -190,34 +224,90 @@ pub fn run_stages(
     for (i, stage) in stages.iter().enumerate() {
         let span = tracing::debug_span!("stage", name = stage.name);
         let _guard = span.enter();
+        let number = first + i;
+        let start = Instant::now();
+        // A schedule that cannot be built is skipped like one that fails (see below).
+        let mut skip = false;
+        if stage.hook == Hook::Schedule {
+            match schedule::attach(context, module) {
+                Ok(scheduled) => tracing::debug!(contractions = scheduled, "schedule attached"),
+                Err(e) => {
+                    tracing::warn!(
+                        stage = stage.name,
+                        "cannot build the transform schedule; matrix products keep the scalar path: {e}"
+                    );
+                    schedule::detach(module);
+                    skip = true;
+                }
+            }
+        }
         // The input of the stage, for a reproducer should it fail.
         let before = print_module(module);
-        let start = Instant::now();
-        let result = run_pipeline_text(context, module, stage.pipeline);
+        if let (Some(d), Hook::Schedule, false) = (dumps, stage.hook, skip) {
+            d.write(&transform_dump_suffix(number, stage), &before)?;
+        }
+        let result = if skip {
+            Ok(())
+        } else {
+            run_pipeline_text(context, module, stage.pipeline)
+        };
+        match (result, stage.hook) {
+            (Ok(()), Hook::Schedule) => schedule::detach(module),
+            (Ok(()), Hook::None) => {}
+            (Err(Error::Pipeline { diagnostics, .. }), Hook::Schedule) => {
+                // The schedule is an optimisation: keep the scalar path rather than fail.
+                let reproducer = write_reproducer(&before, stage, dumps)?;
+                tracing::warn!(
+                    stage = stage.name,
+                    "the transform schedule failed; matrix products keep the scalar path:\n{diagnostics}{reproducer}"
+                );
+                *module = reparse(context, &before)?;
+                schedule::detach(module);
+            }
+            (Err(Error::Pipeline { diagnostics, .. }), Hook::None) => {
+                let reproducer = write_reproducer(&before, stage, dumps)?;
+                return Err(Error::Pipeline {
+                    stage: stage.name.to_string(),
+                    diagnostics,
+                    reproducer,
+                });
+            }
+            (Err(e), _) => return Err(e),
+        }
         let elapsed = start.elapsed();
         tracing::debug!(
             stage = stage.name,
             ms = elapsed.as_secs_f64() * 1e3,
             "stage done"
         );
-        if let Err(Error::Pipeline { diagnostics, .. }) = result {
-            let reproducer = write_reproducer(&before, stage, dumps)?;
-            return Err(Error::Pipeline {
-                stage: stage.name.to_string(),
-                diagnostics,
-                reproducer,
-            });
-        }
-        result?;
         if let Some(d) = dumps {
             d.write(
-                &format!("{:02}-{}.mlir", first + i, stage.name),
+                &format!("{:02}-{}.mlir", number, stage.name),
                 &print_module(module),
             )?;
         }
         timings.push((stage.name.to_string(), elapsed));
     }
     Ok(timings)
+}
+
+/// The dump of a schedule stage's input, transform script included:
+/// `NN-<stage>.transform.mlir`.
+pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
+    format!("{number:02}-{}.transform.mlir", stage.name)
+}
+
+/// Parses a module this process printed (a stage input kept for recovery).
+fn reparse<'c>(context: &'c Context, text: &str) -> Result<Module<'c>> {
+    let diagnostics = Diagnostics::capture(context);
+    Module::parse(context, text).ok_or_else(|| Error::Pipeline {
+        stage: "schedule".to_string(),
+        diagnostics: format!(
+            "cannot restore the stage input after a failure:\n{}",
+            diagnostics.take()
+        ),
+        reproducer: String::new(),
+    })
 }
 
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.

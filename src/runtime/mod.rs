@@ -79,6 +79,11 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
     )?);
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
+            // Written unless the schedule could not be built.
+            let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
+            if stage.hook == pipeline::Hook::Schedule && transform.exists() {
+                dumped.push(transform);
+            }
             dumped.push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
         }
     }

@@ -1,0 +1,1201 @@
+//! The `schedule` stage: register-tiled, vectorised matrix products. Rust reads the static
+//! shapes of every `linalg.matmul` / `linalg.batch_matmul` on `f32` or `f64`, picks tile sizes
+//! that divide them (so every tile is full and vectorises without masks), tags the op and
+//! appends a generated transform-dialect schedule (`@__transform_main`) to the module. The
+//! stage's textual pipeline runs the upstream `transform-interpreter`, so the stage input (with
+//! the schedule inside) replays in stock `mlir-opt`. Afterwards [`detach`] erases the schedule.
+//!
+//! The shape of the generated code: an `mr`×`nr` accumulator tile (two vector registers wide,
+//! at most eight rows) stays in registers over the reduction loop, which advances `ku` steps of
+//! `k` at a time; `vector.contract` is left for `convert-vector-to-llvm` to lower as outer
+//! products (broadcast-FMA). Large products get a `kc` reduction block (and, when wide, an `nc`
+//! column block) so a block of the right operand stays in L2, and small-`m` products walk
+//! columns outermost. Rows or columns that no good tile divides (a prime row count, 1000
+//! columns) are split into a main part of full tiles and one narrower tile. A single
+//! elementwise consumer (bias, activation) is tiled with the product and fused into its tile
+//! loop, so the product never reaches memory. Everything else (other dtypes, dynamic shapes,
+//! transposed matmul variants) keeps the scalar path.
+
+use crate::error::{Error, Result};
+use melior::{
+    Context,
+    ir::{
+        Attribute, Module, RegionLike, Value, ValueLike,
+        attribute::IntegerAttribute,
+        block::BlockLike,
+        operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult},
+        r#type::{DimSize, IntegerType, RankedTensorType, ShapedTypeLike},
+    },
+};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// Discardable attribute naming a scheduled contraction (value: its index in the schedule).
+pub const CONTRACTION_TAG: &str = "fxmlir.contraction";
+/// Discardable attribute naming the elementwise consumer fused into a contraction's tile loop.
+pub const EPILOGUE_TAG: &str = "fxmlir.epilogue";
+/// The transform entry point `transform-interpreter` runs.
+pub const ENTRY: &str = "__transform_main";
+/// The module attribute that allows named sequences.
+const WITH_NAMED_SEQUENCE: &str = "transform.with_named_sequence";
+
+/// Element types the schedule handles; all three operands must agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Element {
+    F32,
+    F64,
+}
+
+impl Element {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "f32" => Some(Element::F32),
+            "f64" => Some(Element::F64),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F32 => "f32",
+            Element::F64 => "f64",
+        }
+    }
+
+    pub fn bytes(self) -> i64 {
+        match self {
+            Element::F32 => 4,
+            Element::F64 => 8,
+        }
+    }
+}
+
+/// One static contraction: `[batch x] m x k` times `[batch x] k x n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Problem {
+    pub batch: Option<i64>,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub element: Element,
+}
+
+/// The vector unit the tiles are sized for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// Bytes per vector register (64 for AVX-512).
+    pub vector_bytes: i64,
+    /// Architectural vector registers (32 with AVX-512, 16 with AVX2).
+    pub registers: i64,
+}
+
+impl Target {
+    pub const AVX512: Target = Target {
+        vector_bytes: 64,
+        registers: 32,
+    };
+
+    /// The host's vector unit, from LLVM's host feature string.
+    pub fn host() -> Target {
+        let features = crate::jit::host()
+            .map(|h| h.features.as_str())
+            .unwrap_or("");
+        let has = |f: &str| features.split(',').any(|x| x == f);
+        if has("+avx512f") {
+            Target::AVX512
+        } else if has("+avx") {
+            Target {
+                vector_bytes: 32,
+                registers: 16,
+            }
+        } else {
+            Target {
+                vector_bytes: 16,
+                registers: 16,
+            }
+        }
+    }
+}
+
+/// A dimension cut in two: tiles of the main part `[0, at)` use the register tile; the rest
+/// (`at` to the end, shorter than one register tile) is a single tile of `rest` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub at: i64,
+    pub rest: i64,
+}
+
+/// Column blocks of `size` columns over the first `covers` columns (a multiple of `size`);
+/// columns after them (fewer than `size`) get register tiles without a block loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub size: i64,
+    pub covers: i64,
+}
+
+/// Tile sizes for one contraction. Every size divides its dimension (or its part of a split
+/// dimension), so every tile is full and vectorises without masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiles {
+    /// Rows of the register tile.
+    pub mr: i64,
+    /// Columns of the register tile (two vectors when the shape allows).
+    pub nr: i64,
+    /// Rows cut where `mr` does not divide them and no divisor makes a good tile.
+    pub m_split: Option<Split>,
+    /// Columns cut where no whole number of vectors divides them.
+    pub n_split: Option<Split>,
+    /// Reduction steps per inner-loop iteration.
+    pub ku: i64,
+    /// Reduction block (cache blocking); `None` keeps the whole reduction inside the tile.
+    pub kc: Option<i64>,
+    /// Column blocks around the reduction blocks, so a `kc` x `nc` block of the right operand
+    /// fits L2 (wide products only).
+    pub nc: Option<Block>,
+    /// Walk column tiles outermost (the left operand block is the one that stays in cache).
+    pub columns_outer: bool,
+}
+
+/// Bytes of the right operand above which the reduction is blocked (about half of L2).
+const RIGHT_OPERAND_L2: i64 = 1 << 20;
+/// Bytes of a right-operand block (`kc` x `nc`) that stays in L2 while rows vary (an eighth
+/// of L2: measured better than larger blocks, which compete with the output rows).
+const RIGHT_BLOCK_L2: i64 = 256 << 10;
+/// Bytes of a left-operand block (`m` x `kc`) small enough to keep while columns vary.
+const LEFT_BLOCK_L1: i64 = 64 << 10;
+/// Bounds of the reduction block: below, the accumulator is reloaded too often; above, the
+/// register tile's rows of the left operand no longer fit in L1. Blocks aim at least at
+/// `KC_BYTES` of each row of the left operand (128 f32 elements); narrower products go deeper.
+const KC_MIN: i64 = 16;
+const KC_MAX: i64 = 512;
+const KC_BYTES: i64 = 512;
+
+/// The largest divisor of `n` that is at most `limit` (at least 1).
+fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
+    (1..=limit.min(n).max(1))
+        .rev()
+        .find(|d| n % d == 0)
+        .unwrap_or(1)
+}
+
+/// Tile sizes for `p` on `target`.
+pub fn choose(p: &Problem, target: Target) -> Tiles {
+    let lanes = (target.vector_bytes / p.element.bytes()).max(1);
+    // Two vectors per row; a width that is no whole number of pairs is cut after the last
+    // pair (the rest is one narrower tile); a narrower width is a single tile.
+    let (nr, n_split) = if p.n % (2 * lanes) == 0 {
+        (2 * lanes, None)
+    } else if p.n > 2 * lanes {
+        let at = p.n / (2 * lanes) * (2 * lanes);
+        (2 * lanes, Some(Split { at, rest: p.n - at }))
+    } else {
+        (p.n, None)
+    };
+    // Accumulators use about half the registers: eight rows of two vectors with 32 registers.
+    let vectors_per_row = ((nr + lanes - 1) / lanes).max(1);
+    let mr_limit = (target.registers / 2 / vectors_per_row).clamp(1, 8);
+    // A divisor of the rows if it keeps at least half the accumulators busy, else full tiles
+    // and one shorter tile for the rest (a prime row count would otherwise get 1-row tiles).
+    let divisor = largest_divisor_at_most(p.m, mr_limit);
+    let (mr, m_split) = if p.m <= mr_limit || 2 * divisor >= mr_limit {
+        (divisor, None)
+    } else {
+        let at = p.m / mr_limit * mr_limit;
+        (mr_limit, Some(Split { at, rest: p.m - at }))
+    };
+    let bytes = p.element.bytes();
+    // Saturating: absurd shapes must not overflow (they simply count as large).
+    let right_bytes = p.k.saturating_mul(p.n).saturating_mul(bytes);
+    let kc = if right_bytes > RIGHT_OPERAND_L2 {
+        // The deepest block of the right operand that fits the L2 budget (but at least
+        // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`).
+        let target = (RIGHT_BLOCK_L2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
+        let divisors = || {
+            (KC_MIN..=target.min(p.k / 2))
+                .rev()
+                .filter(|d| p.k % d == 0)
+        };
+        divisors()
+            .find(|d| d % 4 == 0)
+            .or_else(|| divisors().next())
+    } else {
+        None
+    };
+    // Too wide for a `kc` block of every column to fit L2: block the columns too.
+    let columns = n_split.map_or(p.n, |s| s.at);
+    let nc = kc.and_then(|kc| {
+        let size = (RIGHT_BLOCK_L2 / (kc * bytes) / nr).max(1) * nr;
+        (columns > size).then_some(Block {
+            size,
+            covers: columns / size * size,
+        })
+    });
+    let reduction = kc.unwrap_or(p.k);
+    let ku = [4, 2, 1]
+        .into_iter()
+        .find(|u| reduction % u == 0)
+        .unwrap_or(1);
+    let columns_outer =
+        kc.is_some_and(|c| p.m.saturating_mul(c).saturating_mul(bytes) <= LEFT_BLOCK_L1);
+    Tiles {
+        mr,
+        nr,
+        m_split,
+        n_split,
+        ku,
+        kc,
+        nc,
+        columns_outer,
+    }
+}
+
+/// A contraction the schedule will handle, found in the module.
+#[derive(Debug, Clone)]
+struct Planned {
+    op: usize,
+    problem: Problem,
+    tiles: Tiles,
+    /// The elementwise consumer fused into the tile loop.
+    epilogue: Option<usize>,
+    /// Whether the accumulator init comes from a `linalg.fill` (fused into the tile loop).
+    fill_init: bool,
+    /// Whether no operand producer could be tiled: then `transform.structured.fuse` (which
+    /// pulls every tileable producer into the loop, the fill through the loop's destination)
+    /// fuses only the fill, and never recomputes a transpose per tile.
+    only_fill_fusable: bool,
+}
+
+/// Producers that tiling cannot pull into a loop (they implement no tiling interface).
+const NOT_TILEABLE: &[&str] = &[
+    "arith.constant",
+    "bufferization.to_tensor",
+    "tensor.cast",
+    "tensor.collapse_shape",
+    "tensor.empty",
+    "tensor.expand_shape",
+    "tensor.extract_slice",
+    "tensor.reshape",
+];
+
+/// What the analysis records of every operation, by raw pointer.
+#[derive(Debug, Default)]
+struct OpInfo {
+    name: String,
+    /// Raw values of the operands.
+    operands: Vec<usize>,
+    /// Raw values of the results.
+    results: Vec<usize>,
+    /// For matmul / batch_matmul with static f32/f64 operands: the problem.
+    problem: Option<Problem>,
+    /// For a linalg.generic: whether it is an elementwise map we can fuse and vectorise, and
+    /// for which of its operands the indexing map is the identity.
+    elementwise: Option<Vec<bool>>,
+    /// Results' shapes (tensor results only).
+    result_shapes: Vec<Vec<i64>>,
+}
+
+/// Static shape and element type of a ranked tensor value.
+fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
+    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
+    if !tensor.has_static_shape() {
+        return None;
+    }
+    let shape = (0..tensor.rank())
+        .map(|i| match tensor.dim_size(i).ok()? {
+            DimSize::Static(d) => i64::try_from(d).ok(),
+            DimSize::Dynamic => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((shape, tensor.element().to_string()))
+}
+
+fn raw_value(value: Value) -> usize {
+    value.to_raw().ptr as usize
+}
+
+/// The problem of a `linalg.matmul` / `linalg.batch_matmul`, if the schedule handles it.
+fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<Problem> {
+    // Transposed / broadcast variants carry other indexing maps: leave them alone. (Parsed
+    // ops carry the default maps explicitly; built ones may have none.)
+    let default_maps = if batched {
+        "[affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]"
+    } else {
+        "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]"
+    };
+    if op.operand_count() != 3
+        || op.result_count() != 1
+        || op
+            .attribute("indexing_maps")
+            .is_ok_and(|maps| maps.to_string() != default_maps)
+    {
+        return None;
+    }
+    let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
+    let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    if ta != tb || tb != tc {
+        return None;
+    }
+    let element = Element::parse(&ta)?;
+    let rank = if batched { 3 } else { 2 };
+    if a.len() != rank || b.len() != rank || c.len() != rank {
+        return None;
+    }
+    let (m, k, n) = (a[rank - 2], a[rank - 1], b[rank - 1]);
+    if b[rank - 2] != k || c[rank - 2] != m || c[rank - 1] != n {
+        return None;
+    }
+    let batch = if batched {
+        if a[0] != b[0] || a[0] != c[0] {
+            return None;
+        }
+        Some(a[0])
+    } else {
+        None
+    };
+    if [m, n, k].iter().chain(batch.iter()).any(|&d| d <= 0) {
+        return None;
+    }
+    Some(Problem {
+        batch,
+        m,
+        n,
+        k,
+        element,
+    })
+}
+
+/// Whether a printed affine map only drops or broadcasts dimensions, in order, like
+/// `(d0, d1) -> (d1)` or `(d0, d1) -> (0, d1)` (reads that vectorise to plain transfers).
+fn is_broadcast_map(map: &str, rank: usize) -> bool {
+    let Some(results) = map
+        .split_once("-> (")
+        .and_then(|(_, rest)| rest.strip_suffix(")>"))
+    else {
+        return false;
+    };
+    let mut last = None;
+    results.split(", ").filter(|r| !r.is_empty()).all(|r| {
+        if r == "0" {
+            return true;
+        }
+        let Some(d) = r.strip_prefix('d').and_then(|d| d.parse::<usize>().ok()) else {
+            return false;
+        };
+        let ordered = d < rank && last.is_none_or(|l| d > l);
+        last = Some(d);
+        ordered
+    })
+}
+
+/// For an all-parallel `linalg.generic` whose body is plain arithmetic: per operand, whether
+/// its indexing map is the identity. `None` when the generic cannot be fused as an epilogue
+/// (including when an operand is read through a transposing map).
+fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
+    let iterators = op.attribute("iterator_types").ok()?.to_string();
+    let maps = op.attribute("indexing_maps").ok()?;
+    let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
+    if iterators.contains("reduction") || op.result_count() != 1 {
+        return None;
+    }
+    // Only arith/math ops in the body: they vectorise and lower for any vector shape.
+    let mut plain = true;
+    let body = op.region(0).ok()?;
+    let block = body.first_block()?;
+    let mut next = block.first_operation();
+    while let Some(inner) = next {
+        let name = inner.name().as_string_ref().as_str().ok()?.to_string();
+        if !(name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
+            || inner.region_count() > 0
+        {
+            plain = false;
+        }
+        next = inner.next_in_block();
+    }
+    if !plain {
+        return None;
+    }
+    let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
+    let rank = shape.len();
+    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+    let identity = format!("affine_map<({}) -> ({})>", dims.join(", "), dims.join(", "));
+    let maps = (0..maps.len())
+        .map(|i| maps.element(i).map(|m| m.to_string()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .ok()?;
+    if !maps.iter().all(|m| is_broadcast_map(m, rank)) {
+        return None;
+    }
+    let flags: Vec<bool> = maps.iter().map(|m| *m == identity).collect();
+    // The output must be written with the identity map.
+    if flags.last() != Some(&true) || flags.len() != op.operand_count() {
+        return None;
+    }
+    Some(flags)
+}
+
+/// Records every operation of `module`.
+fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
+    let mut order = Vec::new();
+    let mut ops = HashMap::new();
+    module.as_operation().walk(WalkOrder::PreOrder, |op| {
+        let key = op.to_raw().ptr as usize;
+        let name = op
+            .name()
+            .as_string_ref()
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default();
+        let mut info = OpInfo {
+            operands: op.operands().map(raw_value).collect(),
+            results: op.results().map(|r| raw_value(r.into())).collect(),
+            result_shapes: op
+                .results()
+                .filter_map(|r| tensor_shape(r.into()).map(|(s, _)| s))
+                .collect(),
+            ..OpInfo::default()
+        };
+        match name.as_str() {
+            "linalg.matmul" => info.problem = contraction_problem(&op, false),
+            "linalg.batch_matmul" => info.problem = contraction_problem(&op, true),
+            "linalg.generic" => info.elementwise = elementwise_maps(&op),
+            _ => {}
+        }
+        info.name = name;
+        order.push(key);
+        ops.insert(key, info);
+        WalkResult::Advance
+    });
+    (order, ops)
+}
+
+/// Finds the contractions to schedule and their tiles and epilogues.
+fn plan(module: &Module, target: Target) -> Vec<Planned> {
+    let (order, ops) = analyse(module);
+    // value -> (user op, operand index) for every use.
+    let mut uses: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+    // value -> defining op.
+    let mut producer: HashMap<usize, usize> = HashMap::new();
+    for (key, info) in order.iter().filter_map(|k| Some((*k, ops.get(k)?))) {
+        for (i, &v) in info.operands.iter().enumerate() {
+            uses.entry(v).or_default().push((key, i));
+        }
+        for &r in &info.results {
+            producer.insert(r, key);
+        }
+    }
+    let mut planned = Vec::new();
+    for (key, info) in order.iter().filter_map(|k| Some((*k, ops.get(k)?))) {
+        let Some(problem) = info.problem else {
+            continue;
+        };
+        let tiles = choose(&problem, target);
+        let fill_init = info
+            .operands
+            .get(2)
+            .and_then(|v| producer.get(v))
+            .and_then(|p| ops.get(p))
+            .is_some_and(|p| p.name == "linalg.fill");
+        // A single elementwise consumer reading the product with the identity map, writing a
+        // result of the same shape: tile it and pull the product into its loop.
+        let epilogue = (|| {
+            if tiles.kc.is_some() || tiles.m_split.is_some() || tiles.n_split.is_some() {
+                return None;
+            }
+            let result = *info.results.first()?;
+            let [(user, operand)] = uses.get(&result)?.as_slice() else {
+                return None;
+            };
+            let consumer = ops.get(user)?;
+            let identity = *consumer.elementwise.as_ref()?.get(*operand)?;
+            let inputs = consumer
+                .operands
+                .len()
+                .checked_sub(consumer.results.len())?;
+            let same_shape = consumer.result_shapes.first() == info.result_shapes.first();
+            (*operand < inputs && identity && same_shape).then_some(*user)
+        })();
+        let only_fill_fusable = info.operands.iter().take(2).all(|v| {
+            producer
+                .get(v)
+                .and_then(|p| ops.get(p))
+                .is_none_or(|p| NOT_TILEABLE.contains(&p.name.as_str()))
+        });
+        planned.push(Planned {
+            op: key,
+            problem,
+            tiles,
+            epilogue,
+            fill_init,
+            only_fill_fusable,
+        });
+    }
+    planned
+}
+
+const ANY: &str = "!transform.any_op";
+
+fn list(values: &[i64]) -> String {
+    let items: Vec<String> = values.iter().map(i64::to_string).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// `(ANY, ANY, ...)` with `n` entries.
+fn handles(n: usize) -> String {
+    vec![ANY; n].join(", ")
+}
+
+/// The transform script for one contraction, appended to the body of `@__transform_main`.
+fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
+    let t = &p.tiles;
+    let batched = p.problem.batch.is_some();
+    // The tile choice travels as the location of the match, so the dump shows it.
+    let shape = match p.problem.batch {
+        Some(b) => format!("{b}x{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
+        None => format!("{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
+    };
+    let split = |name: &str, s: Option<Split>| {
+        s.map_or(String::new(), |s| {
+            format!(", {name} split at {} (rest {})", s.at, s.rest)
+        })
+    };
+    let why = format!(
+        "{} {shape} {}: tile {}x{}, k step {}, k block {}{}{}{}{}",
+        if batched { "batch_matmul" } else { "matmul" },
+        p.problem.element.name(),
+        t.mr,
+        t.nr,
+        t.ku,
+        t.kc.map_or("none".to_string(), |c| c.to_string()),
+        t.nc.map_or(String::new(), |b| format!(
+            ", column block {} over {} columns",
+            b.size, b.covers
+        )),
+        split("rows", t.m_split),
+        split("columns", t.n_split),
+        match (p.epilogue.is_some(), t.columns_outer) {
+            (true, _) => ", epilogue fused",
+            (false, true) => ", columns outermost",
+            (false, false) => "",
+        }
+    );
+    writeln!(
+        out,
+        "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
+    )?;
+    let (m_dim, n_dim) = if batched { (1, 2) } else { (0, 1) };
+    // Sizes over the contraction's loops (batch, m, n, k): a leading 1 tiles the batch.
+    let lead: &[i64] = if batched { &[1] } else { &[] };
+    let zero: &[i64] = if batched { &[0] } else { &[] };
+    let with_lead = |rest: &[i64]| [lead, rest].concat();
+    let with_zero = |rest: &[i64]| [zero, rest].concat();
+    let interchange = |loops: usize| -> String {
+        // The m and n tile loops swap when columns go outermost.
+        if !t.columns_outer {
+            return String::new();
+        }
+        let mut order: Vec<i64> = (0..loops as i64).collect();
+        order.swap(m_dim, n_dim);
+        format!(" interchange = {}", list(&order))
+    };
+    // Columns are cut first (outside any block loop: the rest is a narrow strip); rows are cut
+    // inside the reduction/column blocks, so both row parts reuse the cached right block.
+    // Column parts: (handle, register tile columns, column block).
+    let mut main = format!("%c{id}");
+    let mut column_parts = Vec::new();
+    if let Some(s) = t.n_split {
+        let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, s.at)?;
+        main = head;
+        column_parts.push((rest, s.rest, None));
+    }
+    let main_columns = t.n_split.map_or(p.problem.n, |s| s.at);
+    match t.nc {
+        Some(b) if b.covers < main_columns => {
+            let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, b.covers)?;
+            column_parts.insert(0, (rest, t.nr, None));
+            column_parts.insert(0, (blocked, t.nr, Some(b.size)));
+        }
+        _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
+    }
+    let whole = t.m_split.is_none() && t.n_split.is_none();
+    for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
+        let name = format!("{id}_{c}");
+        if let Some(kc) = t.kc {
+            let sizes = with_lead(&[0, nc.unwrap_or(0), kc]);
+            let loops = sizes.iter().filter(|&&s| s != 0).count();
+            writeln!(
+                out,
+                "    %b{name}, %bl{name}:{loops} = transform.structured.tile_using_for {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                list(&sizes),
+                handles(loops)
+            )?;
+            let mut reductions = Vec::new();
+            for (r, (row, mr)) in emit_row_split(out, &format!("%b{name}"), &name, m_dim, t)?
+                .into_iter()
+                .enumerate()
+            {
+                let part = format!("{name}_{r}");
+                let sizes = with_zero(&[mr, *nr, 0]);
+                writeln!(
+                    out,
+                    "    %t{part}, %tl{part}:2 = transform.structured.tile_using_for {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
+                    list(&sizes),
+                    interchange(sizes.len())
+                )?;
+                emit_reduction_tile(out, &part, &format!("%t{part}"), &with_zero(&[0, 0, t.ku]))?;
+                reductions.push(format!("%kl{part}"));
+            }
+            emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions)?;
+        } else {
+            for (r, (row, mr)) in emit_row_split(out, handle, &name, m_dim, t)?
+                .into_iter()
+                .enumerate()
+            {
+                let part = format!("{name}_{r}");
+                let outer = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                emit_vectorize(out, &part, &outer, &[format!("%kl{part}")])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Splits `handle` along `dim` after `at`; returns the handles of the two parts.
+fn emit_split(
+    out: &mut String,
+    handle: &str,
+    name: &str,
+    dim: usize,
+    at: i64,
+) -> Result<(String, String), std::fmt::Error> {
+    writeln!(
+        out,
+        "    %{name} = transform.structured.split {handle} after {at} {{dimension = {dim}}} : {ANY}
+    %{name}_0, %{name}_1 = transform.split_handle %{name} : ({ANY}) -> ({ANY}, {ANY})"
+    )?;
+    Ok((format!("%{name}_0"), format!("%{name}_1")))
+}
+
+/// The row parts of `handle` with their register-tile rows: itself, or its two halves when
+/// the rows are split.
+fn emit_row_split(
+    out: &mut String,
+    handle: &str,
+    name: &str,
+    dim: usize,
+    t: &Tiles,
+) -> Result<Vec<(String, i64)>, std::fmt::Error> {
+    Ok(match t.m_split {
+        Some(s) => {
+            let (main, rest) = emit_split(out, handle, &format!("m{name}"), dim, s.at)?;
+            vec![(main, t.mr), (rest, s.rest)]
+        }
+        None => vec![(handle.to_string(), t.mr)],
+    })
+}
+
+/// The reduction loop of a register tile, `ku` steps per iteration.
+fn emit_reduction_tile(
+    out: &mut String,
+    part: &str,
+    handle: &str,
+    sizes: &[i64],
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %k{part}, %kl{part} = transform.structured.tile_using_for {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})",
+        list(sizes)
+    )
+}
+
+/// Register tiles for a product without reduction blocks: tiles the product (or its fused
+/// elementwise consumer, pulling the product in), fuses the fill where it can, and tiles the
+/// reduction. `whole`: the part is the whole product (the fill and epilogue are its own).
+/// Returns the handle of the outermost loop.
+fn emit_register_tiles(
+    out: &mut String,
+    contraction: usize,
+    part: &str,
+    handle: &str,
+    p: &Planned,
+    (mr, nr): (i64, i64),
+    whole: bool,
+) -> Result<String, std::fmt::Error> {
+    let batched = p.problem.batch.is_some();
+    let lead: &[i64] = if batched { &[1] } else { &[] };
+    let zero: &[i64] = if batched { &[0] } else { &[] };
+    let epilogue = p.epilogue.is_some() && whole;
+    let fill = p.fill_init && whole;
+    if fill && epilogue {
+        writeln!(
+            out,
+            "    %f{part} = transform.get_producer_of_operand {handle}[2] : ({ANY}) -> {ANY}"
+        )?;
+    }
+    let (target, sizes) = if epilogue {
+        writeln!(
+            out,
+            "    %e{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {contraction} : i64}} in %root : ({ANY}) -> {ANY}"
+        )?;
+        (format!("%e{part}"), [lead, &[mr, nr]].concat())
+    } else {
+        (handle.to_string(), [lead, &[mr, nr, 0]].concat())
+    };
+    let loops = sizes.iter().filter(|&&s| s != 0).count();
+    // Without an epilogue the fill is the loop's destination: only `structured.fuse` reaches
+    // it, and only when it would fuse nothing else.
+    let fuse_fill = !epilogue && fill && p.only_fill_fusable;
+    writeln!(
+        out,
+        "    %t{part}, %tl{part}:{loops} = transform.structured.{} {target} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+        if fuse_fill { "fuse" } else { "tile_using_for" },
+        list(&sizes),
+        handles(loops)
+    )?;
+    let mut containing = format!("%tl{part}#0");
+    let mut inner = format!("%t{part}");
+    if epilogue {
+        writeln!(
+            out,
+            "    %p{part}, %pl{part} = transform.structured.fuse_into_containing_op {handle} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
+        containing = format!("%pl{part}");
+        inner = format!("%p{part}");
+        if fill {
+            writeln!(
+                out,
+                "    %ff{part}, %fl{part} = transform.structured.fuse_into_containing_op %f{part} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+            )?;
+            containing = format!("%fl{part}");
+        }
+    }
+    emit_reduction_tile(out, part, &inner, &[zero, &[0, 0, p.tiles.ku]].concat())?;
+    Ok(containing)
+}
+
+/// Vectorises the tiled ops inside `outer` (and only them: fill, contraction and epilogue
+/// tiles), folds tensor slices into the transfers and keeps each accumulator in registers
+/// across its reduction loop (`reductions`). Only those loops hoist their accumulator: hoisting
+/// the row parts' slices out of a reduction block loop would make bufferization copy them.
+/// Canonicalization comes after the hoisting, as it folds single-iteration reduction loops
+/// (which then need no hoisting, but would leave their handles without a replacement).
+fn emit_vectorize(
+    out: &mut String,
+    name: &str,
+    outer: &str,
+    reductions: &[String],
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %v{name} = transform.structured.match interface{{LinalgOp}} in {outer} : ({ANY}) -> {ANY}
+    transform.structured.vectorize %v{name} {{create_named_contraction}} : {ANY}
+    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+    }} : {ANY}
+    %s{name} = transform.structured.match ops{{[\"scf.for\"]}} in {outer} : ({ANY}) -> {ANY}
+    transform.apply_licm to %s{name} : {ANY}"
+    )?;
+    for reduction in reductions {
+        writeln!(
+            out,
+            "    transform.loop.hoist_loop_invariant_subsets {reduction} : {ANY}"
+        )?;
+    }
+    writeln!(
+        out,
+        "    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      transform.apply_patterns.canonicalization
+    }} : {ANY}
+    transform.apply_cse to {outer} : {ANY}"
+    )
+}
+
+/// The whole schedule as a module holding `@__transform_main`.
+fn emit(planned: &[Planned]) -> Result<String> {
+    let mut out = String::new();
+    let fmt = |_| Error::PassPipeline {
+        pipeline: "schedule".to_string(),
+        message: "cannot format the transform schedule".to_string(),
+    };
+    writeln!(
+        out,
+        "module attributes {{{WITH_NAMED_SEQUENCE}}} {{\n  transform.named_sequence @{ENTRY}(%root: {ANY} {{transform.readonly}}) {{"
+    )
+    .map_err(fmt)?;
+    for (id, p) in planned.iter().enumerate() {
+        emit_one(&mut out, id, p).map_err(fmt)?;
+    }
+    writeln!(out, "    transform.yield\n  }}\n}}").map_err(fmt)?;
+    Ok(out)
+}
+
+/// Tags the contractions of `module` (and their fused epilogues) and appends the transform
+/// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
+/// that already has a `@__transform_main` is left alone.
+pub fn attach(context: &Context, module: &mut Module) -> Result<usize> {
+    attach_for(context, module, Target::host())
+}
+
+/// [`attach`] for an explicit vector unit.
+pub fn attach_for(context: &Context, module: &mut Module, target: Target) -> Result<usize> {
+    if has_entry(module) {
+        return Ok(0);
+    }
+    let planned = plan(module, target);
+    let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
+    for (id, p) in planned.iter().enumerate() {
+        tags.insert(p.op, (CONTRACTION_TAG, id as i64));
+        if let Some(e) = p.epilogue {
+            tags.insert(e, (EPILOGUE_TAG, id as i64));
+        }
+    }
+    module
+        .as_operation_mut()
+        .walk_mut(WalkOrder::PreOrder, |mut op| {
+            if let Some(&(tag, id)) = tags.get(&(op.to_raw().ptr as usize)) {
+                let context = op.context();
+                // SAFETY: the context owns the module being walked, so it outlives this closure.
+                let context = unsafe { context.to_ref() };
+                let i64_type = IntegerType::new(context, 64).into();
+                op.set_discardable_attribute(tag, IntegerAttribute::new(i64_type, id).into());
+            }
+            WalkResult::Advance
+        });
+    let text = emit(&planned)?;
+    let diagnostics = super::Diagnostics::capture(context);
+    let schedule = Module::parse(context, &text).ok_or_else(|| Error::Pipeline {
+        stage: "schedule".to_string(),
+        diagnostics: format!(
+            "the generated transform schedule does not parse:\n{}\n{text}",
+            diagnostics.take()
+        ),
+        reproducer: String::new(),
+    })?;
+    drop(diagnostics);
+    let sequence = schedule
+        .body()
+        .first_operation()
+        .ok_or_else(|| Error::Pipeline {
+            stage: "schedule".to_string(),
+            diagnostics: "the generated transform schedule is empty".to_string(),
+            reproducer: String::new(),
+        })?;
+    // An owned copy in the payload module; the parsed schedule module is dropped.
+    let sequence: melior::ir::Operation = (*sequence).clone();
+    module.body().append_operation(sequence);
+    module
+        .as_operation_mut()
+        .set_attribute(WITH_NAMED_SEQUENCE, Attribute::unit(context));
+    Ok(planned.len())
+}
+
+fn has_entry(module: &Module) -> bool {
+    let mut next = module.body().first_operation();
+    while let Some(op) = next {
+        if is_entry(&op) {
+            return true;
+        }
+        next = op.next_in_block();
+    }
+    false
+}
+
+fn is_entry<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
+    op.name().as_string_ref().as_str() == Ok("transform.named_sequence")
+        && op
+            .attribute("sym_name")
+            .is_ok_and(|a| a.to_string() == format!("\"{ENTRY}\""))
+}
+
+/// Erases the schedule, the module attribute and the tags that [`attach`] added.
+pub fn detach(module: &mut Module) {
+    loop {
+        let mut found = None;
+        let mut next = module.body().first_operation_mut();
+        while let Some(op) = next {
+            if is_entry(&op) {
+                found = Some(op);
+                break;
+            }
+            next = op.next_in_block_mut();
+        }
+        let Some(mut op) = found else { break };
+        let raw = op.to_raw();
+        op.remove_from_parent();
+        // SAFETY: `raw` was just unlinked from its block, so this is its only owner; dropping
+        // the owned operation destroys it exactly once.
+        drop(unsafe { melior::ir::Operation::from_raw(raw) });
+    }
+    let mut root = module.as_operation_mut();
+    if root.has_attribute(WITH_NAMED_SEQUENCE) {
+        let _ = root.remove_attribute(WITH_NAMED_SEQUENCE);
+    }
+    root.walk_mut(WalkOrder::PreOrder, |mut op| {
+        for tag in [CONTRACTION_TAG, EPILOGUE_TAG] {
+            if op.has_attribute(tag) {
+                let _ = op.remove_discardable_attribute(tag);
+            }
+        }
+        WalkResult::Advance
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(m: i64, k: i64, n: i64, element: Element) -> Problem {
+        Problem {
+            batch: None,
+            m,
+            n,
+            k,
+            element,
+        }
+    }
+
+    #[test]
+    fn tiles_divide_every_dimension() {
+        for m in 1..40 {
+            for n in [1, 3, 7, 16, 17, 33, 48, 65, 100, 1000, 3000, 4100] {
+                for k in [1, 5, 64, 4096, 4099] {
+                    for element in [Element::F32, Element::F64] {
+                        let p = problem(m, k, n, element);
+                        let t = choose(&p, Target::AVX512);
+                        let rows = t.m_split.map_or(m, |s| s.at);
+                        let columns = t.n_split.map_or(n, |s| s.at);
+                        assert_eq!(rows % t.mr, 0, "{p:?} {t:?}");
+                        assert_eq!(columns % t.nr, 0, "{p:?} {t:?}");
+                        for s in t.m_split.iter().chain(&t.n_split) {
+                            assert!(s.at > 0 && s.rest > 0, "{p:?} {t:?}");
+                        }
+                        assert_eq!(t.m_split.map_or(m, |s| s.at + s.rest), m);
+                        assert_eq!(t.n_split.map_or(n, |s| s.at + s.rest), n);
+                        assert!(t.m_split.is_none_or(|s| s.rest < t.mr), "{p:?} {t:?}");
+                        assert!(t.n_split.is_none_or(|s| s.rest < t.nr), "{p:?} {t:?}");
+                        if let Some(b) = t.nc {
+                            assert!(b.size % t.nr == 0 && b.covers % b.size == 0, "{p:?} {t:?}");
+                            assert!(b.size < b.covers + 1 && b.covers <= columns, "{p:?} {t:?}");
+                        }
+                        let r = t.kc.unwrap_or(k);
+                        assert_eq!(k % r, 0, "{p:?} {t:?}");
+                        assert_eq!(r % t.ku, 0, "{p:?} {t:?}");
+                        assert!(t.mr <= 8 && t.nr <= 32, "{p:?} {t:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_maps() {
+        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d0, d1)>", 2));
+        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d1)>", 2));
+        assert!(is_broadcast_map("affine_map<(d0, d1) -> (0, d1)>", 2));
+        assert!(is_broadcast_map("affine_map<(d0, d1) -> ()>", 2));
+        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d1, d0)>", 2));
+        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d0 + d1)>", 2));
+    }
+
+    #[test]
+    fn avx512_register_tiles() {
+        let t = choose(&problem(256, 512, 256, Element::F32), Target::AVX512);
+        assert_eq!((t.mr, t.nr, t.kc), (8, 32, None));
+        let t = choose(&problem(512, 512, 512, Element::F64), Target::AVX512);
+        assert_eq!((t.mr, t.nr, t.kc, t.nc), (8, 16, Some(64), None));
+        let block = |size, covers| Some(Block { size, covers });
+        let t = choose(&problem(1024, 1024, 1024, Element::F32), Target::AVX512);
+        assert_eq!(
+            (t.kc, t.nc, t.columns_outer, t.ku),
+            (Some(128), block(512, 1024), false, 4)
+        );
+        let t = choose(&problem(1024, 1024, 1024, Element::F64), Target::AVX512);
+        assert_eq!(
+            (t.kc, t.nc, t.columns_outer, t.ku),
+            (Some(64), block(512, 1024), false, 4)
+        );
+        let t = choose(&problem(64, 4096, 1024, Element::F32), Target::AVX512);
+        assert_eq!(
+            (t.kc, t.nc, t.columns_outer),
+            (Some(128), block(512, 1024), true)
+        );
+        // A prime depth cannot be blocked; 1000 columns block by a multiple of 4.
+        let t = choose(&problem(512, 4099, 512, Element::F32), Target::AVX512);
+        assert_eq!((t.kc, t.ku), (None, 1));
+        let t = choose(&problem(512, 2000, 1000, Element::F32), Target::AVX512);
+        assert_eq!((t.kc, t.nr, t.ku), (Some(100), 32, 4));
+        assert_eq!(t.n_split, Some(Split { at: 992, rest: 8 }));
+        // Wide: 128-deep blocks of 512 columns (256 KiB of the right operand).
+        let t = choose(&problem(197, 768, 3072, Element::F32), Target::AVX512);
+        assert_eq!((t.kc, t.nc), (Some(128), block(512, 3072)));
+        // Blocks need not divide the columns: 2976 main columns are 5 blocks of 512 and 416
+        // unblocked columns, then a 24-column tile.
+        let t = choose(&problem(197, 768, 3000, Element::F32), Target::AVX512);
+        assert_eq!(t.nc, block(512, 2560));
+        assert_eq!(t.n_split, Some(Split { at: 2976, rest: 24 }));
+        // f64 3000 columns: pairs of 8-lane vectors up to 2992, then one vector.
+        let t = choose(&problem(64, 64, 3000, Element::F64), Target::AVX512);
+        assert_eq!((t.nr, t.n_split), (16, Some(Split { at: 2992, rest: 8 })));
+        // 197 rows (prime): 24 full 8-row tiles and one of 5, not 197 one-row tiles; 100 rows
+        // divide by 5.
+        let t = choose(&problem(197, 768, 768, Element::F32), Target::AVX512);
+        assert_eq!((t.mr, t.m_split), (8, Some(Split { at: 192, rest: 5 })));
+        let t = choose(&problem(100, 784, 10, Element::F32), Target::AVX512);
+        assert_eq!((t.mr, t.nr, t.m_split, t.n_split), (5, 10, None, None));
+    }
+
+    /// Compiles a graph of one product (`mm`, or `bmm` with `batch`), with the left operand
+    /// optionally column-major, runs it on deterministic data and compares with a naive product
+    /// in f64. Returns whether the schedule stage vectorised it.
+    fn run_product(
+        m: i64,
+        k: i64,
+        n: i64,
+        batch: Option<i64>,
+        f64_data: bool,
+        column_major_a: bool,
+    ) -> bool {
+        let dtype = if f64_data { "float64" } else { "float32" };
+        let lead: Vec<i64> = batch.into_iter().collect();
+        let dims = |r: i64, c: i64| -> Vec<i64> { lead.iter().copied().chain([r, c]).collect() };
+        let strides = |shape: &[i64], column_major: bool| -> Vec<i64> {
+            let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+            let mut st = if column_major { vec![1, r] } else { vec![c, 1] };
+            if shape.len() == 3 {
+                st.insert(0, r * c);
+            }
+            st
+        };
+        let meta = |shape: &[i64], column_major: bool| {
+            format!(
+                r#"{{"shape": {shape:?}, "strides": {:?}, "dtype": "{dtype}"}}"#,
+                strides(shape, column_major)
+            )
+        };
+        let (sa, sb, sc) = (dims(m, k), dims(k, n), dims(m, n));
+        let target = if batch.is_some() {
+            "aten.bmm.default"
+        } else {
+            "aten.mm.default"
+        };
+        let json = format!(
+            r#"{{"format": "fxmlir.graph", "version": 1, "name": "product",
+              "inputs": [{{"name": "a", "meta": {}}}, {{"name": "b", "meta": {}}}],
+              "nodes": [{{"name": "mm", "target": "{target}",
+                "args": [{{"ref": {{"node": "a"}}}}, {{"ref": {{"node": "b"}}}}],
+                "outputs": [{}]}}],
+              "outputs": [{{"node": "mm"}}]}}"#,
+            meta(&sa, column_major_a),
+            meta(&sb, false),
+            meta(&sc, false)
+        );
+        let graph = crate::Graph::from_json(&json).expect("valid graph");
+        let dir = std::env::temp_dir().join(format!(
+            "fxmlir-schedule-{}-{m}x{k}x{n}-{batch:?}-{f64_data}-{column_major_a}",
+            std::process::id()
+        ));
+        let options = crate::Options {
+            dump_dir: Some(dir.clone()),
+            ..crate::Options::default()
+        };
+        let compiled = crate::compile(&graph, None, &options).expect("compiles");
+        let scheduled = std::fs::read_to_string(dir.join("product.02-schedule.mlir"))
+            .expect("schedule dump")
+            .contains("vector.contract");
+        std::fs::remove_dir_all(&dir).ok();
+
+        let b_count = batch.unwrap_or(1);
+        let count = |s: &[i64]| s.iter().product::<i64>() as usize;
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+        };
+        let a: Vec<f64> = (0..count(&sa)).map(|_| next()).collect();
+        let b: Vec<f64> = (0..count(&sb)).map(|_| next()).collect();
+        // a[bi][i][p] as stored (row- or column-major within each batch).
+        let at = |bi: i64, i: i64, p: i64| -> f64 {
+            let base = bi * m * k;
+            a[(base + if column_major_a { p * m + i } else { i * k + p }) as usize]
+        };
+        let mut expected = vec![0f64; count(&sc)];
+        for bi in 0..b_count {
+            for i in 0..m {
+                for j in 0..n {
+                    expected[(bi * m * n + i * n + j) as usize] = (0..k)
+                        .map(|p| at(bi, i, p) * b[(bi * k * n + p * n + j) as usize])
+                        .sum();
+                }
+            }
+        }
+        let got: Vec<f64> = if f64_data {
+            let mut out = vec![0f64; count(&sc)];
+            let (mut a, mut b) = (a.clone(), b.clone());
+            let pointers = [
+                a.as_mut_ptr() as usize,
+                b.as_mut_ptr() as usize,
+                out.as_mut_ptr() as usize,
+            ];
+            // SAFETY: the buffers match the graph's shapes, strides and dtype.
+            unsafe { compiled.call(&pointers).expect("runs") };
+            out
+        } else {
+            let mut a: Vec<f32> = a.iter().map(|&v| v as f32).collect();
+            let mut b: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+            let mut out = vec![0f32; count(&sc)];
+            let pointers = [
+                a.as_mut_ptr() as usize,
+                b.as_mut_ptr() as usize,
+                out.as_mut_ptr() as usize,
+            ];
+            // SAFETY: as above.
+            unsafe { compiled.call(&pointers).expect("runs") };
+            out.into_iter().map(f64::from).collect()
+        };
+        let scale = expected.iter().fold(1f64, |acc, v| acc.max(v.abs()));
+        let tolerance = if f64_data { 1e-12 } else { 1e-4 } * scale;
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                (g - e).abs() <= tolerance,
+                "{m}x{k}x{n} batch {batch:?}: element {i}: {g} vs {e}"
+            );
+        }
+        scheduled
+    }
+
+    #[test]
+    fn products_of_awkward_shapes_are_vectorised_and_correct() {
+        for (m, k, n) in [
+            (1, 1, 1),
+            (3, 5, 7),
+            (17, 33, 65),
+            (8, 4, 32),
+            (13, 300, 48),
+            (40, 520, 600),
+            (197, 64, 1000),
+            // Reduction and column blocks, blocks not dividing the columns, split rows.
+            (16, 512, 3000),
+            (9, 600, 2100),
+        ] {
+            for f64_data in [false, true] {
+                assert!(
+                    run_product(m, k, n, None, f64_data, false),
+                    "{m}x{k}x{n} not vectorised"
+                );
+            }
+        }
+        assert!(run_product(37, 19, 23, Some(4), false, false));
+        assert!(run_product(19, 8, 70, Some(2), false, false));
+        assert!(run_product(16, 600, 512, Some(3), true, false));
+    }
+
+    #[test]
+    fn column_major_left_operand() {
+        assert!(run_product(24, 40, 64, None, false, true));
+        assert!(run_product(9, 7, 5, Some(2), true, true));
+    }
+}
