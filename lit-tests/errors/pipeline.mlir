@@ -32,4 +32,4 @@ func.func @unbufferizable(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
 }
 
 // STAGE: reproduce with:
-// STAGE-NEXT: mlir-opt --pass-pipeline='builtin.module(eliminate-empty-tensors,one-shot-bufferize{{.*}})' {{.*}}fxmlir-repro{{.*}}.bufferize.repro.mlir
+// STAGE-NEXT: mlir-opt --pass-pipeline='builtin.module(one-shot-bufferize{{.*}})' {{.*}}fxmlir-repro{{.*}}.bufferize.repro.mlir
