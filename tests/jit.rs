@@ -199,9 +199,9 @@ fn dumps_every_stage() {
     for suffix in [
         "fx.json",
         "00-input.mlir",
-        "01-fusion.mlir",
-        "02-schedule.transform.mlir",
-        "02-schedule.mlir",
+        "01-schedule.transform.mlir",
+        "01-schedule.mlir",
+        "02-fusion.mlir",
         "03-bufferize.mlir",
         "04-loops.mlir",
         "05-llvm.mlir",

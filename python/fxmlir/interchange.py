@@ -331,5 +331,9 @@ class Exporter:
 
 
 def export(gm: torch.fx.GraphModule, name: str, bindings: dict[Any, int] | None = None) -> Plan:
-    """Exports ``gm`` (a functional ATen graph with FakeTensor metadata)."""
-    return Exporter(gm, name, bindings or {}).export()
+    """Exports ``gm`` (a functional ATen graph with FakeTensor metadata). Runs outside any
+    active FakeTensorMode, so that constants (real tensors) can be read."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return Exporter(gm, name, bindings or {}).export()

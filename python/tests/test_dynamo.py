@@ -161,3 +161,16 @@ def test_identical_graphs_reuse_one_kernel():
     first, second = compiles_since(start)
     assert first.name != second.name
     assert second.cached and second.timings == ()
+
+
+def test_bool_results_of_a_matrix_product():
+    # Regression: a comparison consuming a vectorised product must not be written as packed
+    # i1 vectors into a byte-per-element bool buffer.
+    def fn(a, b):
+        p = a @ b
+        return p > 0, torch.isnan(p)
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    got = torch.compile(fn, backend="fxmlir")(a, b)
+    for g, w in zip(got, fn(a, b)):
+        assert torch.equal(g, w)

@@ -80,9 +80,12 @@ const LLVM: Stage = Stage {
     hook: Hook::None,
 };
 
-/// The pipelines by name; `default` is what the backend uses.
+/// The pipelines by name; `default` is what the backend uses. The schedule runs before fusion:
+/// elementwise fusion would otherwise generalise matrix products (propagating reshapes through
+/// them) and fuse elementwise producers into their k loops, recomputing them per k step, and
+/// the schedule would no longer recognise the products.
 pub const PIPELINES: &[(&str, &[Stage])] = &[
-    ("default", &[FUSION, SCHEDULE, BUFFERIZE, LOOPS, LLVM]),
+    ("default", &[SCHEDULE, FUSION, BUFFERIZE, LOOPS, LLVM]),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
     ("bufferize", &[BUFFERIZE]),

@@ -97,7 +97,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         dumped.push(d.path("ll"));
     }
     timings.push(("translate".to_string(), jt.translate));
-    timings.push(("llvm-O3".to_string(), jt.optimize));
+    timings.push(("llvm-opt".to_string(), jt.optimize));
     timings.push(("codegen".to_string(), jt.codegen));
     timings.push(("total".to_string(), total.elapsed()));
     for (stage, t) in &timings {
