@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import platform
-import statistics
 import sys
 import time
 
@@ -22,7 +21,7 @@ os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
 import fxmlir  # noqa: E402
 import torch  # noqa: E402
-from fxmlir.demo import MLP, TransformerBlock  # noqa: E402
+from fxmlir.demo import MLP, TransformerBlock, median_ms  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / "bench-results"
 
@@ -61,17 +60,6 @@ def cases():
         "gemm512": (gemm, (torch.randn(512, 512), torch.randn(512, 512)), 2 * 512**3),
         "bandwidth_copy": (copy, (torch.randn(1 << 24),), 0),
     }
-
-
-def median_ms(fn, args, repeat):
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def first_call_ms(backend, fn, args):

@@ -1,3 +1,6 @@
+// Each integration-test crate includes this module and uses only some of its helpers.
+#![allow(dead_code)]
+
 //! Helpers shared by the integration tests: small graph documents built in code.
 
 use fxmlir::graph::{Arg, DType, Graph, Input, Node, TensorMeta, ValueRef};
@@ -56,4 +59,38 @@ pub fn graph(name: &str, inputs: Vec<Input>, nodes: Vec<Node>, outputs: &[&str])
             })
             .collect(),
     }
+}
+
+/// `target` applied to one f32 input `x` of `shape`; the node records `out` as its result shape.
+pub fn unary(name: &str, target: &str, shape: &[i64], out: &[i64]) -> Graph {
+    let op = target.split('.').nth(1).unwrap_or("op");
+    graph(
+        name,
+        vec![input("x", meta(shape, DType::Float32))],
+        vec![node(
+            op,
+            target,
+            vec![r("x")],
+            vec![meta(out, DType::Float32)],
+        )],
+        &[op],
+    )
+}
+
+/// `x + alpha * y` with x `[2, 3]` and y `[3]` broadcast, f32.
+pub fn broadcast_add(name: &str, alpha: i64) -> Graph {
+    graph(
+        name,
+        vec![
+            input("x", meta(&[2, 3], DType::Float32)),
+            input("y", meta(&[3], DType::Float32)),
+        ],
+        vec![node(
+            "add",
+            "aten.add.Tensor",
+            vec![r("x"), r("y"), Arg::Int(alpha)],
+            vec![meta(&[2, 3], DType::Float32)],
+        )],
+        &["add"],
+    )
 }

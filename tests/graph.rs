@@ -6,20 +6,7 @@ use common::*;
 use fxmlir::graph::{Arg, DType, Graph, Source};
 
 fn add_graph() -> Graph {
-    graph(
-        "g",
-        vec![
-            input("x", meta(&[2, 3], DType::Float32)),
-            input("y", meta(&[3], DType::Float32)),
-        ],
-        vec![node(
-            "add",
-            "aten.add.Tensor",
-            vec![r("x"), r("y"), Arg::Int(1)],
-            vec![meta(&[2, 3], DType::Float32)],
-        )],
-        &["add"],
-    )
+    broadcast_add("g", 1)
 }
 
 fn expect_invalid(g: &Graph, needle: &str) {

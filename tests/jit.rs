@@ -19,20 +19,7 @@ fn run(g: &fxmlir::Graph, buffers: &mut [&mut [f32]]) {
 
 #[test]
 fn broadcast_add_with_alpha() {
-    let g = graph(
-        "bcast",
-        vec![
-            input("x", meta(&[2, 3], DType::Float32)),
-            input("y", meta(&[3], DType::Float32)),
-        ],
-        vec![node(
-            "add",
-            "aten.add.Tensor",
-            vec![r("x"), r("y"), Arg::Int(2)],
-            vec![meta(&[2, 3], DType::Float32)],
-        )],
-        &["add"],
-    );
+    let g = broadcast_add("bcast", 2);
     let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
     let mut y = [10.0, 20.0, 30.0];
     let mut out = [0.0f32; 6];
@@ -87,17 +74,7 @@ fn matmul_and_strided_output() {
 
 #[test]
 fn call_checks_the_buffer_count() {
-    let g = graph(
-        "count",
-        vec![input("x", meta(&[2], DType::Float32))],
-        vec![node(
-            "neg",
-            "aten.neg.default",
-            vec![r("x")],
-            vec![meta(&[2], DType::Float32)],
-        )],
-        &["neg"],
-    );
+    let g = unary("count", "aten.neg.default", &[2], &[2]);
     let compiled = compile(&g, None, &Options::default()).unwrap();
     // SAFETY: the call is rejected before any pointer is used.
     let err = unsafe { compiled.call(&[0]) }.unwrap_err();
@@ -158,17 +135,7 @@ fn lowering_errors_name_the_node() {
 
 #[test]
 fn wrong_recorded_output_type_is_caught() {
-    let g = graph(
-        "badmeta",
-        vec![input("x", meta(&[2], DType::Float32))],
-        vec![node(
-            "neg",
-            "aten.neg.default",
-            vec![r("x")],
-            vec![meta(&[3], DType::Float32)],
-        )],
-        &["neg"],
-    );
+    let g = unary("badmeta", "aten.neg.default", &[2], &[3]);
     // The verifier rejects the mismatched loop bounds and points at the node.
     let err = compile(&g, None, &Options::default())
         .err()
@@ -180,17 +147,7 @@ fn wrong_recorded_output_type_is_caught() {
 #[test]
 fn dumps_every_stage() {
     let dir = std::env::temp_dir().join(format!("fxmlir-dumps-{}", std::process::id()));
-    let g = graph(
-        "dumped",
-        vec![input("x", meta(&[4], DType::Float32))],
-        vec![node(
-            "exp",
-            "aten.exp.default",
-            vec![r("x")],
-            vec![meta(&[4], DType::Float32)],
-        )],
-        &["exp"],
-    );
+    let g = unary("dumped", "aten.exp.default", &[4], &[4]);
     let options = Options {
         dump_dir: Some(dir.clone()),
         ..Options::default()
@@ -220,17 +177,7 @@ fn dumps_every_stage() {
 
 #[test]
 fn unknown_pipeline_is_an_error() {
-    let g = graph(
-        "pipe",
-        vec![input("x", meta(&[4], DType::Float32))],
-        vec![node(
-            "exp",
-            "aten.exp.default",
-            vec![r("x")],
-            vec![meta(&[4], DType::Float32)],
-        )],
-        &["exp"],
-    );
+    let g = unary("pipe", "aten.exp.default", &[4], &[4]);
     let options = Options {
         pipeline: "warp-speed".into(),
         ..Options::default()

@@ -56,7 +56,8 @@ class TransformerBlock(nn.Module):
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
 
 
-def median_ms(fn, *args, repeat: int = 30) -> float:
+def median_ms(fn, args, repeat: int = 30) -> float:
+    """Median wall time of ``fn(*args)`` in ms, after three warm-up calls."""
     for _ in range(3):
         fn(*args)
     times = []
@@ -78,8 +79,8 @@ def run_case(name: str, model: nn.Module, x: torch.Tensor) -> bool:
         first_call = (time.perf_counter() - start) * 1e3
         error = (actual - expected).abs().max().item()
         ok = torch.allclose(actual, expected, atol=1e-4, rtol=1e-4)
-        eager_ms = median_ms(model, x)
-        fxmlir_ms = median_ms(compiled, x)
+        eager_ms = median_ms(model, (x,))
+        fxmlir_ms = median_ms(compiled, (x,))
     records = list(backend.history)[first:]
     print(f"\n== {name}: input {tuple(x.shape)}")
     print(f"  matches eager: {'yes' if ok else 'NO'} (max abs error {error:.2e})")
