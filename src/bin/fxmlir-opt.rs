@@ -92,7 +92,13 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
         // blanked rather than dropped so that parse errors report the file's own lines.
         let json: String = chunk
             .lines()
-            .map(|l| if l.trim_start().starts_with("//") { "" } else { l })
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n");
         let graph = fxmlir::Graph::from_json(&json)?;

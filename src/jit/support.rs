@@ -31,8 +31,12 @@ pub unsafe extern "C" fn memref_copy(
         let dst_base = (read(dst.descriptor, 1) as *mut u8)
             .offset((read(dst.descriptor, 2) * element_size) as isize);
         let sizes: Vec<i64> = (0..rank).map(|i| read(src.descriptor, 3 + i)).collect();
-        let src_strides: Vec<i64> = (0..rank).map(|i| read(src.descriptor, 3 + rank + i)).collect();
-        let dst_strides: Vec<i64> = (0..rank).map(|i| read(dst.descriptor, 3 + rank + i)).collect();
+        let src_strides: Vec<i64> = (0..rank)
+            .map(|i| read(src.descriptor, 3 + rank + i))
+            .collect();
+        let dst_strides: Vec<i64> = (0..rank)
+            .map(|i| read(dst.descriptor, 3 + rank + i))
+            .collect();
         if sizes.iter().any(|&s| s <= 0) {
             return;
         }
@@ -80,9 +84,23 @@ mod tests {
         let mut dst = vec![0f32; 6];
         // src viewed as 3x2 with strides (1, 3) (a transpose); dst contiguous 3x2.
         let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0, 3, 2, 1, 3];
-        let dst_desc = [dst.as_mut_ptr() as i64, dst.as_mut_ptr() as i64, 0, 3, 2, 2, 1];
-        let s = UnrankedMemRef { rank: 2, descriptor: src_desc.as_ptr() };
-        let d = UnrankedMemRef { rank: 2, descriptor: dst_desc.as_ptr() };
+        let dst_desc = [
+            dst.as_mut_ptr() as i64,
+            dst.as_mut_ptr() as i64,
+            0,
+            3,
+            2,
+            2,
+            1,
+        ];
+        let s = UnrankedMemRef {
+            rank: 2,
+            descriptor: src_desc.as_ptr(),
+        };
+        let d = UnrankedMemRef {
+            rank: 2,
+            descriptor: dst_desc.as_ptr(),
+        };
         // SAFETY: both descriptors describe the live vectors above.
         unsafe { memref_copy(4, &s, &d) };
         assert_eq!(dst, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
@@ -94,8 +112,14 @@ mod tests {
         let mut dst = [0f64];
         let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0];
         let dst_desc = [dst.as_mut_ptr() as i64, dst.as_mut_ptr() as i64, 0];
-        let s = UnrankedMemRef { rank: 0, descriptor: src_desc.as_ptr() };
-        let d = UnrankedMemRef { rank: 0, descriptor: dst_desc.as_ptr() };
+        let s = UnrankedMemRef {
+            rank: 0,
+            descriptor: src_desc.as_ptr(),
+        };
+        let d = UnrankedMemRef {
+            rank: 0,
+            descriptor: dst_desc.as_ptr(),
+        };
         // SAFETY: as above.
         unsafe { memref_copy(8, &s, &d) };
         assert_eq!(dst, [7.5]);

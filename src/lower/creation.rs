@@ -1,9 +1,10 @@
-//! Tensors made from scalars: `full`, `full_like`, `scalar_tensor`, `zeros`/`ones` and their
-//! `_like` forms. Shape and dtype come from the node's recorded output.
+//! Tensors made from scalars: `full`, `full_like`, `fill`, `scalar_tensor`, `zeros`/`ones` and
+//! their `_like` forms, `arange`, and uninitialised `empty`/`empty_strided`. Shape and dtype
+//! come from the node's recorded output.
 
-use super::{LowerCtx, Registry, Scalar};
+use super::{Iter, LowerCtx, Registry, Scalar, emit, fail};
 use crate::error::Result;
-use crate::graph::Node;
+use crate::graph::{DType, Node};
 use melior::ir::Value;
 
 /// Where the fill value comes from.
@@ -22,12 +23,69 @@ const CREATION: &[(&str, FillValue)] = &[
     ("aten.zeros_like.default", FillValue::Const(0.0)),
     ("aten.ones.default", FillValue::Const(1.0)),
     ("aten.ones_like.default", FillValue::Const(1.0)),
+    ("aten.fill.Scalar", FillValue::Arg(1)),
 ];
 
 pub(super) fn register(r: &mut Registry) {
     for &(op, fill) in CREATION {
         r.add(op, move |ctx, node| lower_fill(ctx, node, fill));
     }
+    // Contents are unspecified: a `tensor.empty` of the recorded shape, written to an output
+    // buffer allocated with the recorded strides.
+    r.add("aten.empty.memory_format", lower_empty);
+    r.add("aten.empty_strided.default", lower_empty);
+    r.add("aten.arange.start_step", lower_arange);
+}
+
+fn lower_empty<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, _node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let out = ctx.out(0)?.clone();
+    Ok(vec![ctx.e.empty(&out.shape, out.dtype)?])
+}
+
+/// `arange(start, end, step)`: element i is `start + step * i`, computed as PyTorch's CPU
+/// kernel does in the dtype's `acc_type` (double for float32 and float64, float for the
+/// halves, int64 for integers, the scalars converted to it first: a float start truncates for
+/// an integer dtype) and then cast to the output dtype. The length is the recorded shape's.
+/// (PyTorch's vectorised loop adds `step * k` to a base already rounded to the output dtype,
+/// so float results can differ from this by an ulp.)
+fn lower_arange<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let out = ctx.out(0)?.clone();
+    if out.shape.len() != 1 {
+        return fail(format!(
+            "arange records a result of shape {:?}, not 1-D",
+            out.shape
+        ));
+    }
+    let start = ctx.scalar(node, 0)?;
+    let step = ctx.scalar(node, 2)?;
+    let acc = match out.dtype {
+        DType::Float16 | DType::Bfloat16 => DType::Float32,
+        DType::Float32 | DType::Float64 => DType::Float64,
+        _ => DType::Int64,
+    };
+    let init = ctx.e.empty(&out.shape, out.dtype)?;
+    let results = ctx.e.generic(
+        &[],
+        &[(init, emit::identity_map(1))],
+        &[Iter::Parallel],
+        |b, _| {
+            let dim = b.attr("0 : i64")?;
+            let i = b.op1("linalg.index", &[], b.ty("index")?, &[("dim", dim)])?;
+            let i = b.op1("arith.index_cast", &[i], b.elem_type(DType::Int64)?, &[])?;
+            let i = b.convert(i, DType::Int64, acc)?;
+            let start = b.constant(start, acc)?;
+            let step = b.constant(step, acc)?;
+            let (mul, add) = if acc.is_float() {
+                ("arith.mulf", "arith.addf")
+            } else {
+                ("arith.muli", "arith.addi")
+            };
+            let offset = b.same(mul, &[step, i])?;
+            let v = b.same(add, &[start, offset])?;
+            Ok(vec![b.convert(v, acc, out.dtype)?])
+        },
+    )?;
+    Ok(vec![results[0]])
 }
 
 fn lower_fill<'c, 'a>(

@@ -1,6 +1,8 @@
 //! Shape and layout ops: views (reshape-like ops lower to the recorded output shape),
-//! permutations, broadcasts, slices, concatenation and splits. Tensors are values here, so
-//! aliasing ops (`alias`, `clone`, `detach`) are the identity.
+//! permutations, broadcasts, slices, concatenation and splits, flips, repeats, diagonals and
+//! strided views. Tensors are values here, so aliasing ops (`alias`, `clone`, `detach`) are the
+//! identity; views that read elements at new positions are `linalg.generic`s whose input map
+//! says where (`d0 mod 3`, `-d0 + 4`, `d0 * 3 + d1 + 2`).
 
 use super::{Iter, LowerCtx, Operand, Registry, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
@@ -23,6 +25,10 @@ enum Movement {
     SplitWithSizes,
     Split,
     Copy,
+    Flip,
+    Repeat,
+    Diagonal,
+    AsStrided,
 }
 
 const MOVEMENT: &[(&str, Movement)] = &[
@@ -48,6 +54,10 @@ const MOVEMENT: &[(&str, Movement)] = &[
     ("aten.split_with_sizes.default", Movement::SplitWithSizes),
     ("aten.split.Tensor", Movement::Split),
     ("aten.copy.default", Movement::Copy),
+    ("aten.flip.default", Movement::Flip),
+    ("aten.repeat.default", Movement::Repeat),
+    ("aten.diagonal.default", Movement::Diagonal),
+    ("aten.as_strided.default", Movement::AsStrided),
 ];
 
 pub(super) fn register(r: &mut Registry) {
@@ -180,6 +190,101 @@ fn lower_movement<'c, 'a>(
                 |_, v| Ok(v[0]),
             )?
         }
+        Movement::Flip => {
+            let dims = ctx.int_list(node, 1)?;
+            let mut flipped = vec![false; rank];
+            for &d in &dims {
+                let d = norm_dim(d, rank)?;
+                if rank > 0 && std::mem::replace(&mut flipped[d], true) {
+                    return fail(format!("dimension {d} appears twice in flip dims {dims:?}"));
+                }
+            }
+            let exprs: Vec<String> = (0..rank)
+                .map(|d| match (flipped[d], x.shape[d]) {
+                    (true, size) if size > 1 => format!("-d{d} + {}", size - 1),
+                    _ => format!("d{d}"),
+                })
+                .collect();
+            read_through(ctx, &x, &x.shape, &exprs)?
+        }
+        Movement::Repeat => {
+            let repeats = ctx.int_list(node, 1)?;
+            if repeats.len() < rank || repeats.iter().any(|&r| r < 0) {
+                return fail(format!(
+                    "repeats {repeats:?} must be non-negative, one per dimension of {:?} at least",
+                    x.shape
+                ));
+            }
+            let lead = repeats.len() - rank;
+            let padded: Vec<i64> = std::iter::repeat_n(1, lead)
+                .chain(x.shape.clone())
+                .collect();
+            let shape: Vec<i64> = repeats
+                .iter()
+                .zip(&padded)
+                .map(|(r, s)| r.saturating_mul(*s))
+                .collect();
+            // Output dimension lead + j reads input dimension j at its position modulo the size.
+            let exprs: Vec<String> = (0..rank)
+                .map(|j| match x.shape[j] {
+                    1 => "0".to_string(),
+                    size => format!("d{} mod {size}", lead + j),
+                })
+                .collect();
+            read_through(ctx, &x, &shape, &exprs)?
+        }
+        Movement::Diagonal => {
+            if rank < 2 {
+                return fail("diagonal needs a tensor of rank 2 at least");
+            }
+            let offset = ctx.int(node, 1)?;
+            let (d1, d2) = (
+                norm_dim(ctx.int(node, 2)?, rank)?,
+                norm_dim(ctx.int(node, 3)?, rank)?,
+            );
+            if d1 == d2 {
+                return fail(format!(
+                    "diagonal dimensions must differ, got {d1} and {d2}"
+                ));
+            }
+            // Element k of the diagonal is x[.., k + row, .., k + col, ..].
+            let (row, col) = (offset.saturating_neg().max(0), offset.max(0));
+            let len = (x.shape[d1].saturating_sub(row))
+                .min(x.shape[d2].saturating_sub(col))
+                .max(0);
+            let kept: Vec<usize> = (0..rank).filter(|&d| d != d1 && d != d2).collect();
+            let mut shape: Vec<i64> = kept.iter().map(|&d| x.shape[d]).collect();
+            shape.push(len);
+            if shape.contains(&0) {
+                return Ok(vec![ctx.e.empty(&shape, x.dtype)?]);
+            }
+            // The len x len square the diagonal runs through, then its main diagonal (linalg
+            // wants a dimension read at a plain loop index to match the loop's size).
+            let mut offsets = vec![0; rank];
+            let mut sizes = x.shape.clone();
+            (offsets[d1], offsets[d2], sizes[d1], sizes[d2]) = (row, col, len, len);
+            let square = Tensor {
+                value: ctx.e.extract_slice(
+                    x.value,
+                    &offsets,
+                    &sizes,
+                    &vec![1; rank],
+                    &sizes,
+                    x.dtype,
+                )?,
+                shape: sizes,
+                dtype: x.dtype,
+            };
+            let last = rank - 2;
+            let exprs: Vec<String> = (0..rank)
+                .map(|d| match kept.iter().position(|&k| k == d) {
+                    Some(i) => format!("d{i}"),
+                    None => format!("d{last}"),
+                })
+                .collect();
+            read_through(ctx, &square, &shape, &exprs)?
+        }
+        Movement::AsStrided => as_strided(ctx, node, &x)?,
         Movement::Cat => return fail("internal: cat is lowered before its operands are read"),
     };
     Ok(vec![value])
@@ -194,8 +299,128 @@ fn sized_dim(dim: i64, rank: usize) -> Result<usize> {
     norm_dim(dim, rank)
 }
 
+/// A fresh tensor of `shape` whose element at `(d0, d1, ..)` is `x` read at the affine
+/// expressions `exprs` (one per dimension of `x`, over the output's dimensions). The caller
+/// keeps every read in bounds.
+fn read_through<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    shape: &[i64],
+    exprs: &[String],
+) -> Result<Value<'c, 'a>> {
+    let rank = shape.len();
+    if shape.contains(&0) {
+        return ctx.e.empty(shape, x.dtype);
+    }
+    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
+    let read = format!(
+        "affine_map<({}) -> ({})>",
+        dims.join(", "),
+        exprs.join(", ")
+    );
+    let init = ctx.e.empty(shape, x.dtype)?;
+    let results = ctx.e.generic(
+        &[(x.value, read)],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |_, v| Ok(vec![v[0]]),
+    )?;
+    Ok(results[0])
+}
+
+/// Ops whose result may start inside their input's storage (a nonzero storage offset).
+const OFFSET_VIEWS: &[&str] = &[
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "aten.split.Tensor",
+    "aten.split_with_sizes.default",
+    "aten.diagonal.default",
+    "aten.as_strided.default",
+    "aten.narrow.default",
+    "aten.unbind.int",
+    "aten.chunk.default",
+];
+
+/// `as_strided(x, size, stride, storage_offset)` read from `x`'s elements as its storage. The
+/// interchange records no storage offsets, so this needs `x` contiguous and not produced by a
+/// view with an offset of its own in the graph; `storage_offset` then counts from `x`'s first
+/// element, which is PyTorch's meaning whenever `x` starts its storage (a graph input is
+/// assumed to). Reads outside `x` (legal in PyTorch, into the rest of the storage) fail.
+fn as_strided<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    node: &Node,
+    x: &Tensor<'c, 'a>,
+) -> Result<Value<'c, 'a>> {
+    let sizes = ctx.int_list(node, 1)?;
+    let strides = ctx.int_list(node, 2)?;
+    let offset = ctx.opt_int(node, 3)?.unwrap_or(0);
+    if sizes.len() != strides.len() || sizes.iter().chain(&strides).any(|&v| v < 0) || offset < 0 {
+        return fail(format!(
+            "as_strided needs one non-negative stride per size, got sizes {sizes:?} strides \
+             {strides:?} offset {offset}"
+        ));
+    }
+    if let Some(crate::graph::Arg::Ref(r)) = node.args.first() {
+        let meta = ctx.meta_of(r)?;
+        if !meta.is_contiguous() {
+            return fail(format!(
+                "as_strided of a non-contiguous input (strides {:?}) cannot be expressed on its \
+                 storage",
+                meta.strides
+            ));
+        }
+        let producer = ctx.graph.nodes.iter().find(|n| n.name == r.node);
+        if let Some(view) = producer.filter(|p| OFFSET_VIEWS.contains(&p.target.as_str())) {
+            return fail(format!(
+                "as_strided of the view `{}` ({}): its storage offset is not recorded",
+                view.name, view.target
+            ));
+        }
+    }
+    if sizes.contains(&0) {
+        return ctx.e.empty(&sizes, x.dtype);
+    }
+    let numel: i64 = x.shape.iter().product();
+    let furthest = sizes
+        .iter()
+        .zip(&strides)
+        .try_fold(offset, |acc, (&n, &s)| {
+            acc.checked_add((n - 1).checked_mul(s)?)
+        });
+    if furthest.is_none_or(|f| f >= numel) {
+        return fail(format!(
+            "as_strided(sizes {sizes:?}, strides {strides:?}, offset {offset}) reads beyond the \
+             input's {numel} elements"
+        ));
+    }
+    let flat = ctx.reshape(x, &[numel])?;
+    // The elements from the offset to the furthest read (linalg wants a dimension read at a
+    // plain loop index to match the loop's size, which this span then does).
+    let span = furthest.unwrap_or(offset) - offset + 1;
+    let window = Tensor {
+        value: ctx
+            .e
+            .extract_slice(flat.value, &[offset], &[span], &[1], &[span], x.dtype)?,
+        shape: vec![span],
+        dtype: x.dtype,
+    };
+    let terms: Vec<String> = sizes
+        .iter()
+        .zip(&strides)
+        .enumerate()
+        .filter(|(_, (n, s))| **n > 1 && **s != 0)
+        .map(|(d, (_, s))| format!("d{d} * {s}"))
+        .collect();
+    let expr = if terms.is_empty() {
+        "0".to_string()
+    } else {
+        terms.join(" + ")
+    };
+    read_through(ctx, &window, &sizes, &[expr])
+}
+
 /// Output dimension `i` is input dimension `perm[i]`.
-fn permute<'c, 'a>(
+pub(super) fn permute<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
     perm: &[usize],

@@ -1,13 +1,18 @@
 //! Lowering from the interchange graph to MLIR on tensors. One [`Registry`] maps each ATen
 //! overload to its lowering; each op family registers its rows from its own file.
 
+mod conv;
 mod creation;
 mod data_movement;
 mod elementwise;
 pub mod emit;
+mod indexing;
 mod linear;
 mod normalization;
+mod pooling;
 mod reduction;
+mod resize;
+mod scan;
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
@@ -64,13 +69,18 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
-        let families: [(&'static str, Register); 6] = [
+        let families: [(&'static str, Register); 11] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
             ("linear", linear::register),
             ("reduction", reduction::register),
             ("data_movement", data_movement::register),
+            ("indexing", indexing::register),
+            ("scan", scan::register),
             ("normalization", normalization::register),
+            ("conv", conv::register),
+            ("pooling", pooling::register),
+            ("resize", resize::register),
         ];
         for (family, register) in families {
             r.family = family;

@@ -1,7 +1,7 @@
-//! Softmax, log-softmax and layer normalisation, written as a few fused generics each (a
-//! reduction pass and a normalising pass), computing halves in f32.
+//! Softmax, log-softmax, layer, batch and group normalisation, written as a few fused generics
+//! each (a reduction pass and a normalising pass), computing halves in f32.
 
-use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
+use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node};
 use melior::ir::Value;
@@ -14,6 +14,17 @@ pub(super) fn register(r: &mut Registry) {
         lower_softmax(ctx, node, true)
     });
     r.add("aten.native_layer_norm.default", lower_layer_norm);
+    r.add(
+        "aten._native_batch_norm_legit_no_training.default",
+        |ctx, node| lower_batch_norm(ctx, node, BatchNorm::NoTraining),
+    );
+    r.add("aten._native_batch_norm_legit.default", |ctx, node| {
+        lower_batch_norm(ctx, node, BatchNorm::Legit)
+    });
+    r.add("aten._native_batch_norm_legit.no_stats", |ctx, node| {
+        lower_batch_norm(ctx, node, BatchNorm::NoStats)
+    });
+    r.add("aten.native_group_norm.default", lower_group_norm);
 }
 
 /// The map of a tensor that lost `dims` (a reduction result) read inside a loop nest over
@@ -211,4 +222,415 @@ fn lower_layer_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
         results.push(ctx.reshape(&t, &meta.shape)?.value);
     }
     Ok(results)
+}
+
+// ---- batch and group normalisation ----------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq)]
+enum BatchNorm {
+    /// `(input, weight, bias, running_mean, running_var, momentum, eps)`: inference.
+    NoTraining,
+    /// `(input, weight, bias, running_mean, running_var, training, momentum, eps)`.
+    Legit,
+    /// `(input, weight, bias, training, momentum, eps)`: no running statistics.
+    NoStats,
+}
+
+/// A per-channel tensor of `count` elements, flattened to 1-D.
+fn per_channel<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    t: Option<Tensor<'c, 'a>>,
+    count: i64,
+    what: &str,
+) -> Result<Option<Tensor<'c, 'a>>> {
+    let Some(t) = t else { return Ok(None) };
+    if t.shape.iter().product::<i64>() != count {
+        return fail(format!(
+            "{what} of shape {:?} does not have {count} elements",
+            t.shape
+        ));
+    }
+    Ok(Some(ctx.reshape(&t, &[count])?))
+}
+
+/// Batch statistics: the mean and the sum of squared deviations of `x` over every dimension
+/// but `keep` (mean = sum / n, as PyTorch's two-pass CPU kernel).
+fn moments<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    dims: &[usize],
+    count: i64,
+    acc: DType,
+) -> Result<(Tensor<'c, 'a>, Value<'c, 'a>)> {
+    let rank = x.rank();
+    let sum = ctx.reduce(x, dims, acc, Scalar::Float(0.0), |b, a, v| {
+        b.same("arith.addf", &[a, v])
+    })?;
+    let flat = emit::identity_map(sum.shape.len());
+    let init = ctx.e.empty(&sum.shape, acc)?;
+    let n = count as f64;
+    let mean = ctx.e.generic(
+        &[(sum.value, flat.clone())],
+        &[(init, flat)],
+        &vec![Iter::Parallel; sum.shape.len()],
+        |b, v| {
+            Ok(vec![b.same(
+                "arith.divf",
+                &[v[0], b.constant(Scalar::Float(n), acc)?],
+            )?])
+        },
+    )?[0];
+    let reduced = reduced_map(rank, dims);
+    let zero = ctx.e.splat(&sum.shape, acc, Scalar::Float(0.0))?;
+    let from = x.dtype;
+    let squares = ctx.e.generic(
+        &[(x.value, emit::identity_map(rank)), (mean, reduced.clone())],
+        &[(zero, reduced)],
+        &iterators(rank, dims),
+        |b, v| {
+            let d = b.same("arith.subf", &[b.convert(v[0], from, acc)?, v[1]])?;
+            let sq = b.same("arith.mulf", &[d, d])?;
+            Ok(vec![b.same("arith.addf", &[v[2], sq])?])
+        },
+    )?[0];
+    let mean = Tensor {
+        value: mean,
+        shape: sum.shape,
+        dtype: acc,
+    };
+    Ok((mean, squares))
+}
+
+/// A statistic as the node's output `index`: cast to the recorded dtype, reshaped to the
+/// recorded shape.
+fn stat_output<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    t: Tensor<'c, 'a>,
+    index: usize,
+) -> Result<Value<'c, 'a>> {
+    let meta = ctx.out(index)?.clone();
+    if meta.numel() != t.shape.iter().product::<i64>() {
+        return fail(format!(
+            "output {index} is recorded with shape {:?}, the statistic has shape {:?}",
+            meta.shape, t.shape
+        ));
+    }
+    let t = ctx.cast(&t, meta.dtype)?;
+    Ok(ctx.reshape(&t, &meta.shape)?.value)
+}
+
+/// Batch normalisation as PyTorch's CPU kernel computes it: per channel, `alpha = invstd *
+/// weight` and `beta = bias - mean * alpha`, then `x * alpha + beta`. In training the mean and
+/// `invstd = 1 / sqrt(var + eps)` (biased variance) come from the batch and are outputs 1
+/// and 2; otherwise from the running statistics, and outputs 1 and 2 are empty. The running
+/// statistics' update is not part of the result: in a functionalised graph it happens in
+/// separate ops.
+fn lower_batch_norm<'c, 'a>(
+    ctx: &mut LowerCtx<'c, 'a>,
+    node: &Node,
+    variant: BatchNorm,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let x = ctx.tensor(node, 0)?;
+    let out = ctx.out(0)?.clone();
+    if x.rank() < 2 {
+        return fail(format!(
+            "batch norm needs an input of rank 2 or more, got shape {:?}",
+            x.shape
+        ));
+    }
+    if !out.dtype.is_float() {
+        return fail("batch norm needs a floating-point dtype");
+    }
+    let channels = x.shape[1];
+    let weight = per_channel(ctx, ctx.opt_tensor(node, 1)?, channels, "weight")?;
+    let bias = per_channel(ctx, ctx.opt_tensor(node, 2)?, channels, "bias")?;
+    let (running, training, eps) = match variant {
+        BatchNorm::NoTraining => {
+            let stats = (ctx.tensor(node, 3)?, ctx.tensor(node, 4)?);
+            (Some(stats), false, ctx.float(node, 6)?)
+        }
+        BatchNorm::Legit => {
+            let stats = (ctx.tensor(node, 3)?, ctx.tensor(node, 4)?);
+            (Some(stats), ctx.bool(node, 5)?, ctx.float(node, 7)?)
+        }
+        BatchNorm::NoStats => (None, ctx.bool(node, 3)?, ctx.float(node, 5)?),
+    };
+    let acc = out.dtype.compute();
+    let rank = x.rank();
+    let channel_map = emit::identity_map(1);
+    // mean and invstd per channel, in the accumulator dtype.
+    let (mean, invstd) = if training {
+        let dims: Vec<usize> = (0..rank).filter(|&d| d != 1).collect();
+        let count = x.shape.iter().product::<i64>() / channels.max(1);
+        let (mean, squares) = moments(ctx, &x, &dims, count, acc)?;
+        let init = ctx.e.empty(&[channels], acc)?;
+        let n = count as f64;
+        let invstd = ctx.e.generic(
+            &[(squares, channel_map.clone())],
+            &[(init, channel_map.clone())],
+            &[Iter::Parallel],
+            |b, v| {
+                let var = b.same("arith.divf", &[v[0], b.constant(Scalar::Float(n), acc)?])?;
+                Ok(vec![inverse_std(b, var, eps, acc)?])
+            },
+        )?[0];
+        (mean, invstd)
+    } else {
+        let Some((rm, rv)) = running.clone() else {
+            return fail("batch norm in evaluation mode needs running_mean and running_var");
+        };
+        let rm = per_channel(ctx, Some(rm), channels, "running_mean")?;
+        let rv = per_channel(ctx, Some(rv), channels, "running_var")?;
+        let (Some(rm), Some(rv)) = (rm, rv) else {
+            return fail("internal: missing running statistics");
+        };
+        let mean = ctx.cast(&rm, acc)?;
+        let init = ctx.e.empty(&[channels], acc)?;
+        let from = rv.dtype;
+        let invstd = ctx.e.generic(
+            &[(rv.value, channel_map.clone())],
+            &[(init, channel_map.clone())],
+            &[Iter::Parallel],
+            |b, v| {
+                let var = b.convert(v[0], from, acc)?;
+                let shifted = b.same("arith.addf", &[var, b.constant(Scalar::Float(eps), acc)?])?;
+                let root = b.same("math.sqrt", &[shifted])?;
+                let one = b.constant(Scalar::Float(1.0), acc)?;
+                Ok(vec![b.same("arith.divf", &[one, root])?])
+            },
+        )?[0];
+        (mean, invstd)
+    };
+
+    // alpha and beta per channel.
+    let mut inputs = vec![
+        (mean.value, channel_map.clone()),
+        (invstd, channel_map.clone()),
+    ];
+    let mut slots = Vec::new();
+    for t in [&weight, &bias].into_iter().flatten() {
+        inputs.push((t.value, channel_map.clone()));
+        slots.push(t.dtype);
+    }
+    let (has_weight, has_bias) = (weight.is_some(), bias.is_some());
+    // In training PyTorch stores the batch statistics in the parameters' dtype (the input's
+    // without parameters: a half type for half inputs) and normalises with those rounded
+    // values.
+    let params_dtype = [&weight, &bias]
+        .into_iter()
+        .flatten()
+        .map(|t| t.dtype)
+        .chain(running.as_ref().map(|(m, _)| m.dtype))
+        .next()
+        .unwrap_or(x.dtype);
+    let stats_dtype = if training { params_dtype } else { acc };
+    let inits = [
+        ctx.e.empty(&[channels], acc)?,
+        ctx.e.empty(&[channels], acc)?,
+    ];
+    let coefficients = ctx.e.generic(
+        &inputs,
+        &[
+            (inits[0], channel_map.clone()),
+            (inits[1], channel_map.clone()),
+        ],
+        &[Iter::Parallel],
+        |b, v| {
+            let round = |x| b.convert(b.convert(x, acc, stats_dtype)?, stats_dtype, acc);
+            let (mean, invstd) = (round(v[0])?, round(v[1])?);
+            let mut next = 2;
+            let mut alpha = invstd;
+            if has_weight {
+                let w = b.convert(v[next], slots[0], acc)?;
+                alpha = b.same("arith.mulf", &[alpha, w])?;
+                next += 1;
+            }
+            let bias = if has_bias {
+                b.convert(v[next], slots[next - 2], acc)?
+            } else {
+                b.constant(Scalar::Float(0.0), acc)?
+            };
+            let shift = b.same("arith.mulf", &[mean, alpha])?;
+            Ok(vec![alpha, b.same("arith.subf", &[bias, shift])?])
+        },
+    )?;
+    let identity = emit::identity_map(rank);
+    let channel = emit::affine_map(rank, &[Some(1)]);
+    let init = ctx.e.empty(&out.shape, out.dtype)?;
+    let (from, out_dtype) = (x.dtype, out.dtype);
+    let y = ctx.e.generic(
+        &[
+            (x.value, identity.clone()),
+            (coefficients[0], channel.clone()),
+            (coefficients[1], channel),
+        ],
+        &[(init, identity)],
+        &vec![Iter::Parallel; rank],
+        |b, v| {
+            let xv = b.convert(v[0], from, acc)?;
+            let scaled = b.same("arith.mulf", &[xv, v[1]])?;
+            let y = b.same("arith.addf", &[scaled, v[2]])?;
+            Ok(vec![b.convert(y, acc, out_dtype)?])
+        },
+    )?[0];
+
+    let mut results = vec![y];
+    if training {
+        results.push(stat_output(ctx, mean, 1)?);
+        let invstd = Tensor {
+            value: invstd,
+            shape: vec![channels],
+            dtype: acc,
+        };
+        results.push(stat_output(ctx, invstd, 2)?);
+    } else {
+        for index in [1, 2] {
+            let meta = ctx.out(index)?.clone();
+            results.push(ctx.e.empty(&meta.shape, meta.dtype)?);
+        }
+    }
+    Ok(results)
+}
+
+/// `1 / sqrt(var + eps)`, and 0 where both are 0 (PyTorch's `InvStd` transform).
+fn inverse_std<'c, 'b>(
+    b: &Emit<'c, 'b>,
+    var: Value<'c, 'b>,
+    eps: f64,
+    acc: DType,
+) -> Result<Value<'c, 'b>> {
+    let shifted = b.same("arith.addf", &[var, b.constant(Scalar::Float(eps), acc)?])?;
+    let root = b.same("math.sqrt", &[shifted])?;
+    let one = b.constant(Scalar::Float(1.0), acc)?;
+    let inv = b.same("arith.divf", &[one, root])?;
+    if eps != 0.0 {
+        return Ok(inv);
+    }
+    let zero = b.constant(Scalar::Float(0.0), acc)?;
+    let degenerate = b.cmpf("oeq", var, zero)?;
+    b.select(degenerate, zero, inv)
+}
+
+/// Group normalisation as PyTorch's CPU kernel: per (sample, group) mean and
+/// `rstd = 1 / sqrt(max(var, 0) + eps)`; with an affine weight or bias, per channel
+/// `scale = rstd * weight`, `shift = bias - scale * mean` and `y = x * scale + shift`,
+/// otherwise `y = (x - mean) * rstd`.
+fn lower_group_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let x = ctx.tensor(node, 0)?;
+    let (n, c, hxw) = (ctx.int(node, 3)?, ctx.int(node, 4)?, ctx.int(node, 5)?);
+    let groups = ctx.int(node, 6)?;
+    let eps = ctx.float(node, 7)?;
+    let out = ctx.out(0)?.clone();
+    if !out.dtype.is_float() {
+        return fail("group norm needs a floating-point dtype");
+    }
+    if x.rank() < 2
+        || x.shape[0] != n
+        || x.shape[1] != c
+        || n * c * hxw != x.shape.iter().product::<i64>()
+    {
+        return fail(format!(
+            "input of shape {:?} does not match N={n}, C={c}, HxW={hxw}",
+            x.shape
+        ));
+    }
+    if groups <= 0 || c % groups != 0 {
+        return fail(format!("{c} channels do not split into {groups} groups"));
+    }
+    let weight = per_channel(ctx, ctx.opt_tensor(node, 1)?, c, "weight")?;
+    let bias = per_channel(ctx, ctx.opt_tensor(node, 2)?, c, "bias")?;
+    let per_group = c / groups;
+    let acc = out.dtype.compute();
+    if x.shape.contains(&0) && n * groups > 0 && per_group * hxw > 0 {
+        return fail("internal: inconsistent group norm sizes");
+    }
+    // [N, G, D, HxW]: statistics over the last two.
+    let grouped = ctx.reshape(&x, &[n, groups, per_group, hxw])?;
+    let count = per_group * hxw;
+    let (mean, squares) = moments(ctx, &grouped, &[2, 3], count, acc)?;
+    let stats_map = emit::identity_map(2);
+    let init = ctx.e.empty(&[n, groups], acc)?;
+    let k = count as f64;
+    let rstd = ctx.e.generic(
+        &[(squares, stats_map.clone())],
+        &[(init, stats_map)],
+        &[Iter::Parallel; 2],
+        |b, v| {
+            let var = b.same("arith.divf", &[v[0], b.constant(Scalar::Float(k), acc)?])?;
+            let var = b.same(
+                "arith.maximumf",
+                &[var, b.constant(Scalar::Float(0.0), acc)?],
+            )?;
+            let shifted = b.same("arith.addf", &[var, b.constant(Scalar::Float(eps), acc)?])?;
+            let root = b.same("math.sqrt", &[shifted])?;
+            let one = b.constant(Scalar::Float(1.0), acc)?;
+            Ok(vec![b.same("arith.divf", &[one, root])?])
+        },
+    )?[0];
+
+    let identity = emit::identity_map(4);
+    let stat = emit::affine_map(4, &[Some(0), Some(1)]);
+    let param = emit::affine_map(4, &[Some(1), Some(2)]);
+    let mut inputs = vec![
+        (grouped.value, identity.clone()),
+        (mean.value, stat.clone()),
+        (rstd, stat),
+    ];
+    let mut slots = Vec::new();
+    for t in [&weight, &bias].into_iter().flatten() {
+        let t = ctx.reshape(t, &[groups, per_group])?;
+        slots.push(t.dtype);
+        inputs.push((t.value, param.clone()));
+    }
+    let (has_weight, has_bias) = (weight.is_some(), bias.is_some());
+    let init = ctx.e.empty(&grouped.shape, out.dtype)?;
+    let (from, out_dtype) = (x.dtype, out.dtype);
+    let y = ctx.e.generic(
+        &inputs,
+        &[(init, identity)],
+        &[Iter::Parallel; 4],
+        |b, v| {
+            let xv = b.convert(v[0], from, acc)?;
+            let y = if has_weight || has_bias {
+                let mut next = 3;
+                let mut scale = v[2];
+                if has_weight {
+                    let w = b.convert(v[next], slots[0], acc)?;
+                    scale = b.same("arith.mulf", &[scale, w])?;
+                    next += 1;
+                }
+                // -scale * mean + (bias or 0), in that order (the sign of a zero shift).
+                let shift = b.same("arith.mulf", &[scale, v[1]])?;
+                let shift = b.same("arith.negf", &[shift])?;
+                let bv = if has_bias {
+                    b.convert(v[next], slots[next - 3], acc)?
+                } else {
+                    b.constant(Scalar::Float(0.0), acc)?
+                };
+                let shift = b.same("arith.addf", &[shift, bv])?;
+                let scaled = b.same("arith.mulf", &[xv, scale])?;
+                b.same("arith.addf", &[scaled, shift])?
+            } else {
+                let centered = b.same("arith.subf", &[xv, v[1]])?;
+                b.same("arith.mulf", &[centered, v[2]])?
+            };
+            Ok(vec![b.convert(y, acc, out_dtype)?])
+        },
+    )?[0];
+    let y = Tensor {
+        value: y,
+        shape: grouped.shape.clone(),
+        dtype: out.dtype,
+    };
+    let y = ctx.reshape(&y, &out.shape)?;
+    let rstd = Tensor {
+        value: rstd,
+        shape: vec![n, groups],
+        dtype: acc,
+    };
+    Ok(vec![
+        y.value,
+        stat_output(ctx, mean, 1)?,
+        stat_output(ctx, rstd, 2)?,
+    ])
 }

@@ -1,5 +1,6 @@
-//! Reductions: sum, mean, amax/amin, var/var_mean with Bessel correction, any, argmax/argmin.
-//! Each reduces in PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape.
+//! Reductions: sum, prod, mean, amax/amin, var/var_mean with Bessel correction, any,
+//! argmax/argmin and max/min along a dimension (values and first indices). Each reduces in
+//! PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape.
 
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
@@ -9,6 +10,7 @@ use melior::ir::Value;
 #[derive(Clone, Copy)]
 enum Reduce {
     Sum,
+    Prod,
     Mean,
     Max,
     Min,
@@ -17,6 +19,9 @@ enum Reduce {
     VarMean,
     ArgMax,
     ArgMin,
+    /// `max.dim` / `min.dim`: the values and the int64 index of the first extreme.
+    MaxDim,
+    MinDim,
 }
 
 /// How the reduced dimensions are given.
@@ -51,6 +56,12 @@ const REDUCTIONS: &[(&str, Reduce, Dims)] = &[
     ("aten.var_mean.correction", Reduce::VarMean, Dims::List(1)),
     ("aten.argmax.default", Reduce::ArgMax, Dims::OptOne(1)),
     ("aten.argmin.default", Reduce::ArgMin, Dims::OptOne(1)),
+    ("aten.prod.default", Reduce::Prod, Dims::All),
+    ("aten.prod.dim_int", Reduce::Prod, Dims::One(1)),
+    ("aten.max.dim", Reduce::MaxDim, Dims::One(1)),
+    ("aten.min.dim", Reduce::MinDim, Dims::One(1)),
+    // var.dim(self, dim, unbiased, keepdim): `unbiased` (a bool) reads as correction 1 or 0.
+    ("aten.var.dim", Reduce::Var, Dims::List(1)),
 ];
 
 pub(super) fn register(r: &mut Registry) {
@@ -102,8 +113,10 @@ fn lower_reduction<'c, 'a>(
     let dims = match reduced_dims(ctx, node, dims, x.rank())? {
         // argmax without a dim indexes the flattened tensor; so does argmax of a 0-d tensor
         // (whose dim 0 / -1 names the tensor itself).
-        d if matches!(reduce, Reduce::ArgMax | Reduce::ArgMin)
-            && d.as_ref().is_none_or(|d| d.is_empty()) =>
+        d if matches!(
+            reduce,
+            Reduce::ArgMax | Reduce::ArgMin | Reduce::MaxDim | Reduce::MinDim
+        ) && d.as_ref().is_none_or(|d| d.is_empty()) =>
         {
             x = ctx.reshape(&x, &[x.shape.iter().product()])?;
             vec![0]
@@ -125,6 +138,13 @@ fn lower_reduction<'c, 'a>(
                 sum
             };
             vec![result]
+        }
+        Reduce::Prod => {
+            let acc = out.dtype.accumulator();
+            let float = acc.is_float();
+            vec![ctx.reduce(&x, &dims, acc, Scalar::Int(1), |b, a, v| {
+                b.same(if float { "arith.mulf" } else { "arith.muli" }, &[a, v])
+            })?]
         }
         Reduce::Max | Reduce::Min => {
             let max = matches!(reduce, Reduce::Max);
@@ -153,8 +173,16 @@ fn lower_reduction<'c, 'a>(
             }
         }
         Reduce::ArgMax | Reduce::ArgMin => match dims.first() {
-            Some(&dim) => vec![arg_extreme(ctx, &x, dim, matches!(reduce, Reduce::ArgMax))?],
+            Some(&dim) => vec![arg_extreme(ctx, &x, dim, matches!(reduce, Reduce::ArgMax))?.1],
             None => return fail("argmax/argmin needs a dimension to reduce"),
+        },
+        Reduce::MaxDim | Reduce::MinDim => match dims.first() {
+            Some(&dim) => {
+                let (values, indices) =
+                    arg_extreme(ctx, &x, dim, matches!(reduce, Reduce::MaxDim))?;
+                vec![values, indices]
+            }
+            None => return fail("max/min needs a dimension to reduce"),
         },
     };
     results
@@ -270,7 +298,7 @@ fn variance<'c, 'a>(
 }
 
 /// The identity element of max (`lowest = true`) or min over `dtype`.
-fn extreme(dtype: DType, lowest: bool) -> Scalar {
+pub(super) fn extreme(dtype: DType, lowest: bool) -> Scalar {
     if dtype.is_float() {
         return Scalar::Float(if lowest {
             f64::NEG_INFINITY
@@ -304,13 +332,14 @@ fn min_max_op(dtype: DType, max: bool) -> &'static str {
     }
 }
 
-/// Index of the first maximum (or minimum) along `dim`; NaN counts as the extreme.
+/// The maximum (or minimum) along `dim` and the index of its first occurrence; NaN counts as
+/// the extreme (the first NaN wins).
 fn arg_extreme<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
     dim: usize,
     max: bool,
-) -> Result<Tensor<'c, 'a>> {
+) -> Result<(Tensor<'c, 'a>, Tensor<'c, 'a>)> {
     let rank = x.rank();
     let dtype = x.dtype;
     let kept: Vec<Option<usize>> = (0..rank).filter(|&d| d != dim).map(Some).collect();
@@ -319,7 +348,7 @@ fn arg_extreme<'c, 'a>(
         .map(|d| x.shape[d])
         .collect();
     if x.shape.get(dim) == Some(&0) {
-        return fail("argmax/argmin of an empty dimension is undefined");
+        return fail("argmax/argmin/max/min of an empty dimension is undefined");
     }
     let best = ctx.e.splat(&shape, dtype, extreme(dtype, max))?;
     let index = ctx.e.splat(&shape, DType::Int64, Scalar::Int(0))?;
@@ -361,11 +390,18 @@ fn arg_extreme<'c, 'a>(
             ])
         },
     )?;
-    Ok(Tensor {
-        value: results[1],
-        shape,
-        dtype: DType::Int64,
-    })
+    Ok((
+        Tensor {
+            value: results[0],
+            shape: shape.clone(),
+            dtype,
+        },
+        Tensor {
+            value: results[1],
+            shape,
+            dtype: DType::Int64,
+        },
+    ))
 }
 
 pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {

@@ -1,0 +1,310 @@
+//! Convolution (`aten.convolution`): 1-D, 2-D and 3-D, strided, padded, dilated, grouped and
+//! transposed, with an optional bias.
+//!
+//! Every case is one `linalg.generic` correlation over a padded input:
+//!
+//! ```text
+//! out[n, g, oc, o…] += x[n, g, ic, o·s + k·d …] · w[g, oc, ic, k…]
+//! ```
+//!
+//! with the group as its own loop dimension (input and weight reshaped to expose it). The
+//! padded input is the input written into a zero canvas ([`place`]); a transposed convolution
+//! is the correlation of the input spread out by its stride (zeros between elements), padded by
+//! `d (k - 1) - p` on the left (negative amounts crop), with the spatially flipped kernel whose
+//! channel axes are swapped. Accumulation is in f32 for the half types (f64 for f64, the
+//! integer type itself for integers); the bias is added after the sum, then the result is
+//! rounded once to the output dtype.
+
+use super::resize::{affine, check_shape, dims, place};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
+use crate::error::Result;
+use crate::graph::Node;
+use melior::ir::Value;
+
+pub(super) fn register(r: &mut Registry) {
+    r.add("aten.convolution.default", lower_convolution);
+}
+
+/// A per-dimension parameter list: `n` values, or one value for every dimension.
+fn per_dim(list: Vec<i64>, n: usize, name: &str) -> Result<Vec<i64>> {
+    match list.len() {
+        len if len == n => Ok(list),
+        1 => Ok(vec![list[0]; n]),
+        _ => fail(format!("{name} must have 1 or {n} values, got {list:?}")),
+    }
+}
+
+fn lower_convolution<'c, 'a>(
+    ctx: &mut LowerCtx<'c, 'a>,
+    node: &Node,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let x = ctx.tensor(node, 0)?;
+    let w = ctx.tensor(node, 1)?;
+    let bias = ctx.opt_tensor(node, 2)?;
+    let out = ctx.out(0)?.clone();
+    if w.rank() < 3 || w.rank() > 5 {
+        return fail(format!(
+            "weight must be 3-D, 4-D or 5-D, got shape {:?}",
+            w.shape
+        ));
+    }
+    let nd = w.rank() - 2;
+    if x.rank() != nd + 2 {
+        return fail(format!(
+            "input of shape {:?} does not match a {nd}-D convolution weight of shape {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let stride = per_dim(ctx.int_list(node, 3)?, nd, "stride")?;
+    let padding = per_dim(ctx.int_list(node, 4)?, nd, "padding")?;
+    let dilation = per_dim(ctx.int_list(node, 5)?, nd, "dilation")?;
+    let transposed = ctx.bool(node, 6)?;
+    let output_padding = per_dim(ctx.int_list(node, 7)?, nd, "output_padding")?;
+    let groups = ctx.int(node, 8)?;
+    if stride.iter().any(|&s| s <= 0) || dilation.iter().any(|&d| d <= 0) {
+        return fail(format!(
+            "stride {stride:?} and dilation {dilation:?} must be positive"
+        ));
+    }
+    if padding.iter().any(|&p| p < 0) || output_padding.iter().any(|&p| p < 0) {
+        return fail(format!(
+            "padding {padding:?} and output_padding {output_padding:?} must be non-negative"
+        ));
+    }
+    if groups <= 0 {
+        return fail(format!("groups must be positive, got {groups}"));
+    }
+    if out.dtype.is_bool() {
+        return fail("convolution of bool tensors is not supported");
+    }
+    let (batch, channels) = (x.shape[0], x.shape[1]);
+    let spatial = &x.shape[2..];
+    let kernel = w.shape[2..].to_vec();
+    if kernel.iter().any(|&k| k <= 0) {
+        return fail(format!("kernel size {kernel:?} must be positive"));
+    }
+    let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
+
+    // The correlation: padded input [batch, channels, padded…], weight [g, cout/g, cin/g, k…].
+    let (out_channels, in_per_group, out_spatial, padded, weight) = if !transposed {
+        let out_channels = w.shape[0];
+        let in_per_group = w.shape[1];
+        if in_per_group * groups != channels || out_channels % groups != 0 {
+            return fail(format!(
+                "input of shape {:?} and weight of shape {:?} do not fit {groups} groups",
+                x.shape, w.shape
+            ));
+        }
+        let mut out_spatial = Vec::with_capacity(nd);
+        for i in 0..nd {
+            let span = spatial[i] + 2 * padding[i] - reach[i] - 1;
+            if span < 0 {
+                return fail(format!(
+                    "input size {} (padded by {}) is smaller than the dilated kernel {}",
+                    spatial[i],
+                    padding[i],
+                    reach[i] + 1
+                ));
+            }
+            out_spatial.push(span / stride[i] + 1);
+        }
+        // Only the part the windows read: [0, (o - 1) s + d (k - 1) + 1).
+        let mut canvas = vec![batch, channels];
+        canvas.extend((0..nd).map(|i| (out_spatial[i] - 1) * stride[i] + reach[i] + 1));
+        let mut offsets = vec![0, 0];
+        offsets.extend(&padding);
+        let padded = place(ctx, &x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
+        let mut shape = vec![groups, out_channels / groups, in_per_group];
+        shape.extend(&kernel);
+        let weight = ctx.reshape(&w, &shape)?;
+        (out_channels, in_per_group, out_spatial, padded, weight)
+    } else {
+        let in_channels = w.shape[0];
+        let out_per_group = w.shape[1];
+        if in_channels != channels || in_channels % groups != 0 {
+            return fail(format!(
+                "input of shape {:?} and transposed weight of shape {:?} do not fit {groups} groups",
+                x.shape, w.shape
+            ));
+        }
+        let in_per_group = in_channels / groups;
+        let mut out_spatial = Vec::with_capacity(nd);
+        for i in 0..nd {
+            if output_padding[i] >= stride[i] && output_padding[i] >= dilation[i] {
+                return fail(format!(
+                    "output_padding {output_padding:?} must be smaller than stride {stride:?} or dilation {dilation:?}"
+                ));
+            }
+            let size =
+                (spatial[i] - 1) * stride[i] - 2 * padding[i] + reach[i] + output_padding[i] + 1;
+            if size <= 0 {
+                return fail(format!(
+                    "transposed convolution output size {size} is not positive"
+                ));
+            }
+            out_spatial.push(size);
+        }
+        // Input element i lands at d (k - 1) - p + i s of a canvas o + d (k - 1) long.
+        let mut canvas = vec![batch, channels];
+        canvas.extend((0..nd).map(|i| out_spatial[i] + reach[i]));
+        let mut offsets = vec![0, 0];
+        offsets.extend((0..nd).map(|i| reach[i] - padding[i]));
+        let mut strides = vec![1, 1];
+        strides.extend(&stride);
+        let padded = if spatial.contains(&0) || batch == 0 || channels == 0 {
+            let t = ctx.e.splat(&canvas, x.dtype, Scalar::Int(0))?;
+            Tensor {
+                value: t,
+                shape: canvas,
+                dtype: x.dtype,
+            }
+        } else {
+            place(ctx, &x, Scalar::Int(0), &canvas, &offsets, &strides)?
+        };
+        // w[g·cin/g + ic, oc, k] becomes w'[g, oc, ic, K - 1 - k].
+        let mut grouped = vec![groups, in_per_group, out_per_group];
+        grouped.extend(&kernel);
+        let grouped = ctx.reshape(&w, &grouped)?;
+        let mut flipped = vec![groups, out_per_group, in_per_group];
+        flipped.extend(&kernel);
+        let rank = nd + 3;
+        let mut read = vec!["d0".to_string(), "d2".to_string(), "d1".to_string()];
+        read.extend((0..nd).map(|i| format!("{} - d{}", kernel[i] - 1, i + 3)));
+        let init = ctx.e.empty(&flipped, w.dtype)?;
+        let value = if flipped.contains(&0) {
+            init
+        } else {
+            ctx.e.generic(
+                &[(grouped.value, affine(rank, &read))],
+                &[(init, emit::identity_map(rank))],
+                &vec![Iter::Parallel; rank],
+                |_, v| Ok(vec![v[0]]),
+            )?[0]
+        };
+        let weight = Tensor {
+            value,
+            shape: flipped,
+            dtype: w.dtype,
+        };
+        // Transposed: stride 1 over the spread input.
+        (
+            out_per_group * groups,
+            in_per_group,
+            out_spatial,
+            padded,
+            weight,
+        )
+    };
+    let correlation_stride = if transposed {
+        vec![1; nd]
+    } else {
+        stride.clone()
+    };
+    let mut expected = vec![batch, out_channels];
+    expected.extend(&out_spatial);
+    check_shape(&out.shape, &expected)?;
+    if let Some(b) = &bias
+        && b.shape.iter().product::<i64>() != out_channels
+    {
+        return fail(format!(
+            "bias of shape {:?} does not match {out_channels} output channels",
+            b.shape
+        ));
+    }
+    if expected.contains(&0) {
+        return Ok(vec![ctx.e.empty(&out.shape, out.dtype)?]);
+    }
+
+    let acc = if out.dtype.is_float() {
+        out.dtype.compute()
+    } else {
+        out.dtype
+    };
+    let out_per_group = out_channels / groups;
+    let mut grouped_input = vec![batch, groups, in_per_group];
+    grouped_input.extend(&padded.shape[2..]);
+    let input = ctx.reshape(&padded, &grouped_input)?;
+    let mut acc_shape = vec![batch, groups, out_per_group];
+    acc_shape.extend(&out_spatial);
+    let zero = ctx.e.splat(&acc_shape, acc, Scalar::Int(0))?;
+
+    // Loops: n, g, oc, o…, ic, k….
+    let rank = 4 + 2 * nd;
+    let o = |i: usize| 3 + i;
+    let ic = 3 + nd;
+    let k = |i: usize| 4 + nd + i;
+    let mut read_input = dims([0, 1, ic]);
+    read_input.extend((0..nd).map(|i| {
+        format!(
+            "d{} * {} + d{} * {}",
+            o(i),
+            correlation_stride[i],
+            k(i),
+            dilation[i]
+        )
+    }));
+    let mut read_weight = dims([1, 2, ic]);
+    read_weight.extend(dims((0..nd).map(k)));
+    let mut write = dims([0, 1, 2]);
+    write.extend(dims((0..nd).map(o)));
+    let mut iters = vec![Iter::Parallel; 3 + nd];
+    iters.extend(vec![Iter::Reduction; 1 + nd]);
+    let (xd, wd) = (input.dtype, weight.dtype);
+    let float = acc.is_float();
+    let sum = ctx.e.generic(
+        &[
+            (input.value, affine(rank, &read_input)),
+            (weight.value, affine(rank, &read_weight)),
+        ],
+        &[(zero, affine(rank, &write))],
+        &iters,
+        |b, v| {
+            let xv = b.convert(v[0], xd, acc)?;
+            let wv = b.convert(v[1], wd, acc)?;
+            let (mul, add) = if float {
+                ("arith.mulf", "arith.addf")
+            } else {
+                ("arith.muli", "arith.addi")
+            };
+            let p = b.same(mul, &[xv, wv])?;
+            Ok(vec![b.same(add, &[v[2], p])?])
+        },
+    )?[0];
+    let sum = Tensor {
+        value: sum,
+        shape: acc_shape,
+        dtype: acc,
+    };
+    let sum = ctx.reshape(&sum, &expected)?;
+
+    // Epilogue: + bias, rounded to the output dtype.
+    if bias.is_none() && acc == out.dtype {
+        return Ok(vec![sum.value]);
+    }
+    let rank = nd + 2;
+    let mut inputs = vec![(sum.value, emit::identity_map(rank))];
+    let mut bias_dtype = acc;
+    if let Some(b) = &bias {
+        let flat = ctx.reshape(b, &[out_channels])?;
+        bias_dtype = b.dtype;
+        inputs.push((flat.value, affine(rank, &dims([1]))));
+    }
+    let has_bias = bias.is_some();
+    let out_dtype = out.dtype;
+    let init = ctx.e.empty(&out.shape, out.dtype)?;
+    let result = ctx.e.generic(
+        &inputs,
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, v| {
+            let mut y = v[0];
+            if has_bias {
+                let bv = b.convert(v[1], bias_dtype, acc)?;
+                let add = if float { "arith.addf" } else { "arith.addi" };
+                y = b.same(add, &[y, bv])?;
+            }
+            Ok(vec![b.convert(y, acc, out_dtype)?])
+        },
+    )?;
+    Ok(result)
+}
