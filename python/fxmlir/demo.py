@@ -56,6 +56,42 @@ class TransformerBlock(nn.Module):
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
 
 
+class _LastHiddenState(nn.Module):
+    """A transformers model returning one tensor (its logits or last hidden state)."""
+
+    def __init__(self, model: nn.Module, field: str):
+        super().__init__()
+        self.model = model
+        self.field = field
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(ids), self.field)
+
+
+def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
+    """torchvision's resnet18 and transformers' GPT-2 (small config), random weights."""
+    import warnings
+
+    import torchvision
+    import transformers
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.GPT2Config(
+            n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64
+        )
+    gpt2 = _LastHiddenState(transformers.GPT2LMHeadModel(config), "logits")
+    return [
+        (
+            "torchvision resnet18",
+            torchvision.models.resnet18(weights=None),
+            torch.randn(1, 3, 64, 64),
+        ),
+        ("transformers GPT-2 (2 layers, d=128)", gpt2, torch.randint(0, 1000, (2, 32))),
+    ]
+
+
 def median_ms(fn, args, repeat: int = 30) -> float:
     """Median wall time of ``fn(*args)`` in ms, after three warm-up calls."""
     for _ in range(3):
@@ -106,6 +142,7 @@ def main() -> int:
         run_case("MLP 256-512-512-128, ReLU", MLP(), torch.randn(64, 256)),
         run_case("Transformer block d=128, 4 heads", TransformerBlock(), torch.randn(4, 64, 128)),
     ]
+    results += [run_case(name, model, x) for name, model, x in real_models()]
     print(f"\nIR dumps (interchange JSON, MLIR after each stage, LLVM IR): {dump_dir}")
     for r in list(backend.history)[:1]:
         for path in r.dumped:
