@@ -14,6 +14,9 @@ enum Movement {
     /// Any op whose result is its input with the recorded output shape.
     Reshape,
     Identity,
+    /// `native_dropout` outside training: the input and an all-true mask. In training it draws
+    /// random numbers, so it fails to lower and runs eagerly.
+    DropoutEval,
     Permute,
     Transpose,
     /// `t`: transpose of a rank ≤ 2 tensor.
@@ -41,6 +44,7 @@ const MOVEMENT: &[(&str, Movement)] = &[
     ("aten.squeeze.dims", Movement::Reshape),
     ("aten.flatten.using_ints", Movement::Reshape),
     ("aten.clone.default", Movement::Identity),
+    ("aten.native_dropout.default", Movement::DropoutEval),
     ("aten.alias.default", Movement::Identity),
     ("aten.detach.default", Movement::Identity),
     ("aten.lift_fresh_copy.default", Movement::Identity),
@@ -174,6 +178,16 @@ fn lower_movement<'c, 'a>(
             )?
         }
         Movement::SplitWithSizes | Movement::Split => return split(ctx, node, &x, movement),
+        Movement::DropoutEval => {
+            if !matches!(ctx.arg(node, 2)?, crate::graph::Arg::Bool(false)) {
+                return fail(
+                    "native_dropout in training mode draws random numbers: it runs in eager PyTorch",
+                );
+            }
+            let mask = ctx.out(1)?.clone();
+            let ones = ctx.e.splat(&mask.shape, mask.dtype, super::Scalar::Bool(true))?;
+            return Ok(vec![x.value, ones]);
+        }
         Movement::Copy => {
             let src = ctx.operand(node, 1)?;
             let dtype = out.dtype;

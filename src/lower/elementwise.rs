@@ -32,6 +32,7 @@ const UNARY: &[(&str, Unary)] = &[
     ("aten.neg.default", Unary::Neg),
     ("aten.abs.default", Unary::Abs),
     ("aten.exp.default", Unary::Math("math.exp")),
+    ("aten.exp2.default", Unary::Math("math.exp2")),
     ("aten.log.default", Unary::Math("math.log")),
     ("aten.sqrt.default", Unary::Math("math.sqrt")),
     ("aten.rsqrt.default", Unary::Math("math.rsqrt")),
