@@ -1,24 +1,26 @@
 //! Convolution (`aten.convolution`): 1-D, 2-D and 3-D, strided, padded, dilated, grouped and
 //! transposed, with an optional bias.
 //!
-//! Every case is one `linalg.generic` correlation over a padded input:
+//! Every case is a correlation over a padded input:
 //!
 //! ```text
 //! out[n, g, oc, o…] += x[n, g, ic, o·s + k·d …] · w[g, oc, ic, k…]
 //! ```
 //!
-//! with the group as its own loop dimension (input and weight reshaped to expose it). The
-//! padded input is the input written into a zero canvas ([`place`]); a transposed convolution
-//! is the correlation of the input spread out by its stride (zeros between elements), padded by
-//! `d (k - 1) - p` on the left (negative amounts crop), with the spatially flipped kernel whose
-//! channel axes are swapped. Accumulation is in f32 for the half types (f64 for f64, the
-//! integer type itself for integers); the bias is added after the sum, then the result is
-//! rounded once to the output dtype.
+//! The padded input is the input written into a zero canvas ([`place`]); a transposed
+//! convolution is the correlation of the input spread out by its stride (zeros between
+//! elements), padded by `d (k - 1) - p` on the left (negative amounts crop), with the spatially
+//! flipped kernel whose channel axes are swapped. Float convolutions with one group become an
+//! im2col matrix product (a generic gathers the patches, `linalg.matmul` multiplies them by the
+//! weight matrix, and the matmul schedule vectorises it); grouped (depthwise) and integer ones
+//! are one direct `linalg.generic` with the group as its own loop. Accumulation is in f32 for
+//! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
+//! the bias is added after the sum, then the result is rounded once to the output dtype.
 
 use super::resize::{affine, check_shape, dims, place};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
-use crate::graph::Node;
+use crate::graph::{DType, Node};
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -220,33 +222,124 @@ fn lower_convolution<'c, 'a>(
     } else {
         out.dtype
     };
-    let out_per_group = out_channels / groups;
-    let mut grouped_input = vec![batch, groups, in_per_group];
-    grouped_input.extend(&padded.shape[2..]);
-    let input = ctx.reshape(&padded, &grouped_input)?;
-    let mut acc_shape = vec![batch, groups, out_per_group];
-    acc_shape.extend(&out_spatial);
-    let zero = ctx.e.splat(&acc_shape, acc, Scalar::Int(0))?;
+    let geometry = Geometry {
+        batch,
+        groups,
+        in_per_group,
+        out_channels,
+        kernel: &kernel,
+        out_spatial: &out_spatial,
+        stride: &correlation_stride,
+        dilation: &dilation,
+    };
+    // Floats without groups become an im2col matrix product (the scheduled, vectorised path);
+    // grouped (depthwise) and integer convolutions stay one direct generic.
+    let (sum, read_sum) = if groups == 1 && acc.is_float() && in_per_group > 0 {
+        let product = im2col_product(ctx, &geometry, &padded, &weight, acc)?;
+        // [cout, n, o…] read as [n, cout, o…].
+        let mut read = dims([1, 0]);
+        read.extend(dims(2..nd + 2));
+        if batch == 1 {
+            (
+                ctx.reshape(&product, &expected)?,
+                emit::identity_map(nd + 2),
+            )
+        } else {
+            (product, affine(nd + 2, &read))
+        }
+    } else {
+        let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
+        (ctx.reshape(&sum, &expected)?, emit::identity_map(nd + 2))
+    };
 
+    // Epilogue: + bias, rounded to the output dtype.
+    let rank = nd + 2;
+    if bias.is_none() && acc == out.dtype && read_sum == emit::identity_map(rank) {
+        return Ok(vec![sum.value]);
+    }
+    let mut inputs = vec![(sum.value, read_sum)];
+    let mut bias_dtype = acc;
+    if let Some(b) = &bias {
+        let flat = ctx.reshape(b, &[out_channels])?;
+        bias_dtype = b.dtype;
+        inputs.push((flat.value, affine(rank, &dims([1]))));
+    }
+    let has_bias = bias.is_some();
+    let float = acc.is_float();
+    let out_dtype = out.dtype;
+    let init = ctx.e.empty(&out.shape, out.dtype)?;
+    let result = ctx.e.generic(
+        &inputs,
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, v| {
+            let mut y = v[0];
+            if has_bias {
+                let bv = b.convert(v[1], bias_dtype, acc)?;
+                let add = if float { "arith.addf" } else { "arith.addi" };
+                y = b.same(add, &[y, bv])?;
+            }
+            Ok(vec![b.convert(y, acc, out_dtype)?])
+        },
+    )?;
+    Ok(result)
+}
+
+/// The correlation's sizes: the padded input is [batch, groups · in_per_group, padded…], the
+/// weight [groups, out_channels / groups, in_per_group, kernel…].
+struct Geometry<'g> {
+    batch: i64,
+    groups: i64,
+    in_per_group: i64,
+    out_channels: i64,
+    kernel: &'g [i64],
+    out_spatial: &'g [i64],
+    stride: &'g [i64],
+    dilation: &'g [i64],
+}
+
+impl Geometry<'_> {
+    /// The padded-input position a tap reads: `o·s + k·d` per spatial dimension.
+    fn taps(&self, o: impl Fn(usize) -> usize, k: impl Fn(usize) -> usize) -> Vec<String> {
+        (0..self.kernel.len())
+            .map(|i| {
+                format!(
+                    "d{} * {} + d{} * {}",
+                    o(i),
+                    self.stride[i],
+                    k(i),
+                    self.dilation[i]
+                )
+            })
+            .collect()
+    }
+}
+
+/// One generic over (n, g, oc, o…, ic, k…) accumulating `x · w` in `acc`; the result is
+/// [batch, groups, out_channels / groups, out…].
+fn direct_correlation<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    geo: &Geometry<'_>,
+    padded: &Tensor<'c, 'a>,
+    weight: &Tensor<'c, 'a>,
+    acc: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let nd = geo.kernel.len();
+    let mut grouped_input = vec![geo.batch, geo.groups, geo.in_per_group];
+    grouped_input.extend(&padded.shape[2..]);
+    let input = ctx.reshape(padded, &grouped_input)?;
+    let mut acc_shape = vec![geo.batch, geo.groups, geo.out_channels / geo.groups];
+    acc_shape.extend(geo.out_spatial);
+    let zero = ctx.e.splat(&acc_shape, acc, Scalar::Int(0))?;
     // Loops: n, g, oc, o…, ic, k….
     let rank = 4 + 2 * nd;
-    let o = |i: usize| 3 + i;
     let ic = 3 + nd;
-    let k = |i: usize| 4 + nd + i;
     let mut read_input = dims([0, 1, ic]);
-    read_input.extend((0..nd).map(|i| {
-        format!(
-            "d{} * {} + d{} * {}",
-            o(i),
-            correlation_stride[i],
-            k(i),
-            dilation[i]
-        )
-    }));
+    read_input.extend(geo.taps(|i| 3 + i, |i| 4 + nd + i));
     let mut read_weight = dims([1, 2, ic]);
-    read_weight.extend(dims((0..nd).map(k)));
+    read_weight.extend(dims((0..nd).map(|i| 4 + nd + i)));
     let mut write = dims([0, 1, 2]);
-    write.extend(dims((0..nd).map(o)));
+    write.extend(dims((0..nd).map(|i| 3 + i)));
     let mut iters = vec![Iter::Parallel; 3 + nd];
     iters.extend(vec![Iter::Reduction; 1 + nd]);
     let (xd, wd) = (input.dtype, weight.dtype);
@@ -270,41 +363,65 @@ fn lower_convolution<'c, 'a>(
             Ok(vec![b.same(add, &[v[2], p])?])
         },
     )?[0];
-    let sum = Tensor {
+    Ok(Tensor {
         value: sum,
         shape: acc_shape,
         dtype: acc,
-    };
-    let sum = ctx.reshape(&sum, &expected)?;
+    })
+}
 
-    // Epilogue: + bias, rounded to the output dtype.
-    if bias.is_none() && acc == out.dtype {
-        return Ok(vec![sum.value]);
-    }
-    let rank = nd + 2;
-    let mut inputs = vec![(sum.value, emit::identity_map(rank))];
-    let mut bias_dtype = acc;
-    if let Some(b) = &bias {
-        let flat = ctx.reshape(b, &[out_channels])?;
-        bias_dtype = b.dtype;
-        inputs.push((flat.value, affine(rank, &dims([1]))));
-    }
-    let has_bias = bias.is_some();
-    let out_dtype = out.dtype;
-    let init = ctx.e.empty(&out.shape, out.dtype)?;
-    let result = ctx.e.generic(
-        &inputs,
+/// Ungrouped float convolution as a matrix product: the patches
+/// `p[(c, k…), (n, o…)] = x[n, c, o·s + k·d]` (converted to `acc`) and the weight as
+/// [cout, c·k…] give `w @ p`, [cout, n, o…], as one `linalg.matmul`.
+fn im2col_product<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    geo: &Geometry<'_>,
+    padded: &Tensor<'c, 'a>,
+    weight: &Tensor<'c, 'a>,
+    acc: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let nd = geo.kernel.len();
+    let channels = geo.in_per_group;
+    let taps: i64 = channels * geo.kernel.iter().product::<i64>();
+    let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
+    // Loops: c, k…, n, o… (the patch matrix's rows, then its columns).
+    let rank = 2 + 2 * nd;
+    let mut patch_shape = vec![channels];
+    patch_shape.extend(geo.kernel);
+    patch_shape.push(geo.batch);
+    patch_shape.extend(geo.out_spatial);
+    let mut read = dims([1 + nd, 0]);
+    read.extend(geo.taps(|i| 2 + nd + i, |i| 1 + i));
+    let init = ctx.e.empty(&patch_shape, acc)?;
+    let from = padded.dtype;
+    let patches = ctx.e.generic(
+        &[(padded.value, affine(rank, &read))],
         &[(init, emit::identity_map(rank))],
         &vec![Iter::Parallel; rank],
-        |b, v| {
-            let mut y = v[0];
-            if has_bias {
-                let bv = b.convert(v[1], bias_dtype, acc)?;
-                let add = if float { "arith.addf" } else { "arith.addi" };
-                y = b.same(add, &[y, bv])?;
-            }
-            Ok(vec![b.convert(y, acc, out_dtype)?])
+        |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
+    )?[0];
+    let patches = Tensor {
+        value: patches,
+        shape: patch_shape,
+        dtype: acc,
+    };
+    let patches = ctx.reshape(&patches, &[taps, columns])?;
+    let matrix = ctx.reshape(weight, &[geo.out_channels, taps])?;
+    let matrix = ctx.cast(&matrix, acc)?;
+    let zero = ctx
+        .e
+        .splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
+    let product = ctx
+        .e
+        .named_linalg("linalg.matmul", &[matrix.value, patches.value], zero)?;
+    let mut shape = vec![geo.out_channels, geo.batch];
+    shape.extend(geo.out_spatial);
+    ctx.reshape(
+        &Tensor {
+            value: product,
+            shape: vec![geo.out_channels, columns],
+            dtype: acc,
         },
-    )?;
-    Ok(result)
+        &shape,
+    )
 }

@@ -24,6 +24,10 @@ pub(super) fn register(r: &mut Registry) {
     r.add("aten._native_batch_norm_legit.no_stats", |ctx, node| {
         lower_batch_norm(ctx, node, BatchNorm::NoStats)
     });
+    r.add(
+        "aten._native_batch_norm_legit_functional.default",
+        |ctx, node| lower_batch_norm(ctx, node, BatchNorm::Functional),
+    );
     r.add("aten.native_group_norm.default", lower_group_norm);
 }
 
@@ -234,6 +238,8 @@ enum BatchNorm {
     Legit,
     /// `(input, weight, bias, training, momentum, eps)`: no running statistics.
     NoStats,
+    /// `Legit`'s arguments; the updated running statistics are outputs 3 and 4.
+    Functional,
 }
 
 /// A per-channel tensor of `count` elements, flattened to 1-D.
@@ -322,9 +328,10 @@ fn stat_output<'c, 'a>(
 /// Batch normalisation as PyTorch's CPU kernel computes it: per channel, `alpha = invstd *
 /// weight` and `beta = bias - mean * alpha`, then `x * alpha + beta`. In training the mean and
 /// `invstd = 1 / sqrt(var + eps)` (biased variance) come from the batch and are outputs 1
-/// and 2; otherwise from the running statistics, and outputs 1 and 2 are empty. The running
-/// statistics' update is not part of the result: in a functionalised graph it happens in
-/// separate ops.
+/// and 2; otherwise from the running statistics, and outputs 1 and 2 are empty. The in-place
+/// running-statistics update of `_native_batch_norm_legit` is not done (functionalised graphs
+/// carry `_native_batch_norm_legit_functional` instead, whose outputs 3 and 4 are the updated
+/// statistics: `momentum * batch + (1 - momentum) * running`, with the unbiased variance).
 fn lower_batch_norm<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
@@ -349,7 +356,7 @@ fn lower_batch_norm<'c, 'a>(
             let stats = (ctx.tensor(node, 3)?, ctx.tensor(node, 4)?);
             (Some(stats), false, ctx.float(node, 6)?)
         }
-        BatchNorm::Legit => {
+        BatchNorm::Legit | BatchNorm::Functional => {
             let stats = (ctx.tensor(node, 3)?, ctx.tensor(node, 4)?);
             (Some(stats), ctx.bool(node, 5)?, ctx.float(node, 7)?)
         }
@@ -359,10 +366,12 @@ fn lower_batch_norm<'c, 'a>(
     let rank = x.rank();
     let channel_map = emit::identity_map(1);
     // mean and invstd per channel, in the accumulator dtype.
+    let count = x.shape.iter().product::<i64>() / channels.max(1);
+    let mut deviations = None;
     let (mean, invstd) = if training {
         let dims: Vec<usize> = (0..rank).filter(|&d| d != 1).collect();
-        let count = x.shape.iter().product::<i64>() / channels.max(1);
         let (mean, squares) = moments(ctx, &x, &dims, count, acc)?;
+        deviations = Some(squares);
         let init = ctx.e.empty(&[channels], acc)?;
         let n = count as f64;
         let invstd = ctx.e.generic(
@@ -476,7 +485,7 @@ fn lower_batch_norm<'c, 'a>(
 
     let mut results = vec![y];
     if training {
-        results.push(stat_output(ctx, mean, 1)?);
+        results.push(stat_output(ctx, mean.clone(), 1)?);
         let invstd = Tensor {
             value: invstd,
             shape: vec![channels],
@@ -488,6 +497,68 @@ fn lower_batch_norm<'c, 'a>(
             let meta = ctx.out(index)?.clone();
             results.push(ctx.e.empty(&meta.shape, meta.dtype)?);
         }
+    }
+    if variant == BatchNorm::Functional {
+        let Some((rm, rv)) = running else {
+            return fail("internal: missing running statistics");
+        };
+        let (Some(rm), Some(rv)) = (
+            per_channel(ctx, Some(rm), channels, "running_mean")?,
+            per_channel(ctx, Some(rv), channels, "running_var")?,
+        ) else {
+            return fail("internal: missing running statistics");
+        };
+        let (new_mean, new_var) = match deviations {
+            None => (rm, rv),
+            Some(squares) => {
+                let momentum = ctx.float(node, 6)?;
+                let (rmd, rvd) = (rm.dtype, rv.dtype);
+                let inits = [
+                    ctx.e.empty(&[channels], acc)?,
+                    ctx.e.empty(&[channels], acc)?,
+                ];
+                let updated = ctx.e.generic(
+                    &[
+                        (mean.value, channel_map.clone()),
+                        (squares, channel_map.clone()),
+                        (rm.value, channel_map.clone()),
+                        (rv.value, channel_map.clone()),
+                    ],
+                    &[
+                        (inits[0], channel_map.clone()),
+                        (inits[1], channel_map.clone()),
+                    ],
+                    &[Iter::Parallel],
+                    |b, v| {
+                        let m = b.constant(Scalar::Float(momentum), acc)?;
+                        let keep = b.constant(Scalar::Float(1.0 - momentum), acc)?;
+                        let round =
+                            |x| b.convert(b.convert(x, acc, stats_dtype)?, stats_dtype, acc);
+                        let blend = |batch, running| -> Result<Value<'c, '_>> {
+                            let fresh = b.same("arith.mulf", &[m, batch])?;
+                            let old = b.same("arith.mulf", &[keep, running])?;
+                            b.same("arith.addf", &[fresh, old])
+                        };
+                        let running_mean = b.convert(v[2], rmd, acc)?;
+                        let running_var = b.convert(v[3], rvd, acc)?;
+                        let n1 = b.constant(Scalar::Float((count - 1) as f64), acc)?;
+                        let unbiased = b.same("arith.divf", &[v[1], n1])?;
+                        Ok(vec![
+                            blend(round(v[0])?, running_mean)?,
+                            blend(unbiased, running_var)?,
+                        ])
+                    },
+                )?;
+                let as_tensor = |value| Tensor {
+                    value,
+                    shape: vec![channels],
+                    dtype: acc,
+                };
+                (as_tensor(updated[0]), as_tensor(updated[1]))
+            }
+        };
+        results.push(stat_output(ctx, new_mean, 3)?);
+        results.push(stat_output(ctx, new_var, 4)?);
     }
     Ok(results)
 }
