@@ -185,7 +185,9 @@ fn lower_movement<'c, 'a>(
                 );
             }
             let mask = ctx.out(1)?.clone();
-            let ones = ctx.e.splat(&mask.shape, mask.dtype, super::Scalar::Bool(true))?;
+            let ones = ctx
+                .e
+                .splat(&mask.shape, mask.dtype, super::Scalar::Bool(true))?;
             return Ok(vec![x.value, ones]);
         }
         Movement::Copy => {
