@@ -69,7 +69,8 @@ class _LastHiddenState(nn.Module):
 
 
 def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
-    """torchvision's resnet18 and transformers' GPT-2 (small config), random weights."""
+    """torchvision's resnet18 and mobilenet_v3_small, transformers' BERT and GPT-2 (small
+    configs), all with random weights."""
     import warnings
 
     import torchvision
@@ -82,13 +83,22 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
             n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64
         )
     gpt2 = _LastHiddenState(transformers.GPT2LMHeadModel(config), "logits")
+    bert_config = transformers.BertConfig(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=512,
+        vocab_size=1000,
+        max_position_embeddings=64,
+    )
+    bert = _LastHiddenState(transformers.BertModel(bert_config), "last_hidden_state")
+    image = torch.randn(1, 3, 64, 64)
+    ids = torch.randint(0, 1000, (2, 32))
     return [
-        (
-            "torchvision resnet18",
-            torchvision.models.resnet18(weights=None),
-            torch.randn(1, 3, 64, 64),
-        ),
-        ("transformers GPT-2 (2 layers, d=128)", gpt2, torch.randint(0, 1000, (2, 32))),
+        ("torchvision resnet18", torchvision.models.resnet18(weights=None), image),
+        ("torchvision mobilenet_v3_small", torchvision.models.mobilenet_v3_small(), image),
+        ("transformers BERT (2 layers, d=128)", bert, ids),
+        ("transformers GPT-2 (2 layers, d=128)", gpt2, ids),
     ]
 
 
