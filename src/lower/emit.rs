@@ -16,10 +16,15 @@ use melior::{
 
 /// A failure inside a lowering; the driver fills in the node it happened on.
 pub fn fail<T>(message: impl Into<String>) -> Result<T> {
-    Err(Error::Lowering {
+    Err(lowering_error(message))
+}
+
+/// The error of a failed lowering; the driver fills in the node it happened on.
+pub fn lowering_error(message: impl Into<String>) -> Error {
+    Error::Lowering {
         site: NodeSite::default(),
         message: message.into(),
-    })
+    }
 }
 
 /// A Python scalar operand, or a literal a lowering needs.
@@ -136,11 +141,9 @@ pub struct Emit<'c, 'a> {
     pub loc: Location<'c>,
 }
 
-fn internal(e: impl std::fmt::Display) -> Error {
-    Error::Lowering {
-        site: NodeSite::default(),
-        message: format!("internal IR construction error: {e}"),
-    }
+/// An IR construction failure (a bug in a lowering, not in the user's graph).
+pub(super) fn internal(e: impl std::fmt::Display) -> Error {
+    lowering_error(format!("internal IR construction error: {e}"))
 }
 
 impl<'c, 'a> Emit<'c, 'a> {

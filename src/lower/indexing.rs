@@ -10,6 +10,7 @@
 //! element); an index still out of range reads the nearest element (clamped) in a gather and
 //! is dropped in a scatter. Nothing is read or written out of bounds.
 
+use super::emit::internal;
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
@@ -95,10 +96,6 @@ pub(super) fn reuse<'c, 'b>(v: Value<'c, '_>) -> Value<'c, 'b> {
     // SAFETY: `v` is a valid value of the function being built, defined in an enclosing block
     // that dominates the nested region; the lifetime only tracks the borrow of its block.
     unsafe { Value::from_raw(v.to_raw()) }
-}
-
-fn internal(e: impl std::fmt::Display) -> crate::error::Error {
-    fail::<()>(format!("internal IR construction error: {e}")).unwrap_err()
 }
 
 /// `xs[i]`, or an internal error instead of a panic.

@@ -16,7 +16,7 @@ mod scan;
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
-pub use emit::{Emit, Iter, Scalar, fail};
+pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
 use melior::{
     Context,
     dialect::func,
@@ -167,17 +167,16 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
     pub fn out(&self, index: usize) -> Result<&TensorMeta> {
         self.node_outputs
             .get(index)
-            .ok_or_else(|| fail::<()>(format!("the node has no output {index}")).unwrap_err())
+            .ok_or_else(|| lowering_error(format!("the node has no output {index}")))
     }
 
     pub fn arg<'n>(&self, node: &'n Node, index: usize) -> Result<&'n Arg> {
         node.args.get(index).ok_or_else(|| {
-            fail::<()>(format!(
+            lowering_error(format!(
                 "expected at least {} arguments, got {}",
                 index + 1,
                 node.args.len()
             ))
-            .unwrap_err()
         })
     }
 
@@ -202,7 +201,7 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
 
     pub fn tensor(&self, node: &Node, index: usize) -> Result<Tensor<'c, 'a>> {
         self.tensor_of(self.arg(node, index)?)?.ok_or_else(|| {
-            fail::<()>(format!("{} must be a tensor", Self::arg_name(node, index))).unwrap_err()
+            lowering_error(format!("{} must be a tensor", Self::arg_name(node, index)))
         })
     }
 
@@ -210,11 +209,10 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         match node.args.get(index) {
             None | Some(Arg::None) => Ok(None),
             Some(arg) => self.tensor_of(arg)?.map(Some).ok_or_else(|| {
-                fail::<()>(format!(
+                lowering_error(format!(
                     "{} must be a tensor or None",
                     Self::arg_name(node, index)
                 ))
-                .unwrap_err()
             }),
         }
     }
@@ -225,8 +223,7 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
                 .iter()
                 .map(|a| {
                     self.tensor_of(a)?.ok_or_else(|| {
-                        fail::<()>(format!("{} must hold tensors", Self::arg_name(node, index)))
-                            .unwrap_err()
+                        lowering_error(format!("{} must hold tensors", Self::arg_name(node, index)))
                     })
                 })
                 .collect(),
@@ -244,17 +241,16 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             return Ok(Operand::Tensor(t));
         }
         scalar_of(arg).map(Operand::Scalar).ok_or_else(|| {
-            fail::<()>(format!(
+            lowering_error(format!(
                 "{} must be a tensor or a number",
                 Self::arg_name(node, index)
             ))
-            .unwrap_err()
         })
     }
 
     pub fn scalar(&self, node: &Node, index: usize) -> Result<Scalar> {
         scalar_of(self.arg(node, index)?).ok_or_else(|| {
-            fail::<()>(format!("{} must be a number", Self::arg_name(node, index))).unwrap_err()
+            lowering_error(format!("{} must be a number", Self::arg_name(node, index)))
         })
     }
 
@@ -567,12 +563,11 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
             let results = (lowering.lower)(&mut ctx, node).map_err(|e| attach_site(e, &site))?;
             if results.len() != node.outputs.len() {
                 return Err(attach_site(
-                    fail::<()>(format!(
+                    lowering_error(format!(
                         "lowering produced {} values for {} outputs",
                         results.len(),
                         node.outputs.len()
-                    ))
-                    .unwrap_err(),
+                    )),
                     &site,
                 ));
             }
@@ -580,11 +575,10 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
                 let expected = ctx.e.tensor_type(&meta.shape, meta.dtype)?;
                 if value.r#type() != expected {
                     return Err(attach_site(
-                        fail::<()>(format!(
+                        lowering_error(format!(
                             "output {index} has type {} but the graph records {expected}",
                             value.r#type()
-                        ))
-                        .unwrap_err(),
+                        )),
                         &site,
                     ));
                 }
