@@ -56,11 +56,16 @@ def source_of(node: torch.fx.Node) -> dict[str, Any] | None:
     return None
 
 
+def source_line(node: torch.fx.Node) -> str | None:
+    """``model.py:12``, the node's innermost user frame, when known."""
+    src = source_of(node)
+    return f"{src['file']}:{src['line']}" if src else None
+
+
 def describe(node: torch.fx.Node) -> str:
     """``node `mm_3` (aten.mm.default) at model.py:12`` for error messages."""
-    src = source_of(node)
-    where = f" at {src['file']}:{src['line']}" if src else ""
-    return f"node `{node.name}` ({target_name(node)}){where}"
+    where = source_line(node)
+    return f"node `{node.name}` ({target_name(node)})" + (f" at {where}" if where else "")
 
 
 def target_name(node: torch.fx.Node) -> str:

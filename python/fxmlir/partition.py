@@ -20,7 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ._fxmlir import FxmlirError, UnsupportedOpError
-from .interchange import source_of, target_name
+from .interchange import source_line, target_name
 
 log = logging.getLogger("fxmlir")
 
@@ -88,11 +88,6 @@ class _Support(OperatorSupportBase):
         return _reason(node, self.supported) is None
 
 
-def _describe(node: torch.fx.Node) -> str | None:
-    src = source_of(node)
-    return f"{src['file']}:{src['line']}" if src else None
-
-
 def unsupported_nodes(gm: torch.fx.GraphModule, supported: frozenset[str]) -> dict[str, str]:
     """Node name → reason, for every node that cannot be compiled."""
     out = {}
@@ -109,7 +104,7 @@ def strict_error(gm: torch.fx.GraphModule, excluded: dict[str, str]) -> Unsuppor
     lines = []
     for name, reason in excluded.items():
         node = nodes[name]
-        where = _describe(node)
+        where = source_line(node)
         lines.append(
             f"  {target_name(node)} (node `{name}`{', ' + where if where else ''}): {reason}"
         )
@@ -184,7 +179,7 @@ def _record(gm: torch.fx.GraphModule, excluded: dict[str, str]) -> None:
     counts = collections.Counter()
     for name, reason in excluded.items():
         node = nodes[name]
-        fallbacks.append(Fallback(next(_seq), target_name(node), name, _describe(node), reason))
+        fallbacks.append(Fallback(next(_seq), target_name(node), name, source_line(node), reason))
         counts[target_name(node)] += 1
     if counts:
         summary = ", ".join(f"{op} x{n}" for op, n in counts.most_common())

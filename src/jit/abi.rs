@@ -8,28 +8,52 @@ use std::sync::OnceLock;
 /// `void fxmlir_entry(void **descriptors)`.
 pub type EntryFn = unsafe extern "C" fn(*mut *mut c_void);
 
-/// One ranked memref descriptor. The data pointer is patched per call.
+/// The ranked memref descriptors of every argument of a compiled function, laid out in one
+/// buffer. Sizes and strides are fixed at compile time; a call only patches the data pointers.
 #[derive(Debug, Clone)]
-pub struct Descriptor {
+pub struct Descriptors {
     words: Vec<i64>,
+    starts: Vec<usize>,
 }
 
-impl Descriptor {
-    /// A descriptor for a tensor of `sizes` and `strides` (in elements), offset 0.
-    pub fn new(sizes: &[i64], strides: &[i64]) -> Self {
-        let mut words = vec![0i64, 0, 0];
-        words.extend_from_slice(sizes);
-        words.extend_from_slice(strides);
-        Descriptor { words }
+impl Descriptors {
+    /// One descriptor per `(sizes, strides)` (in elements), each with offset 0.
+    pub fn new<'m>(arguments: impl IntoIterator<Item = (&'m [i64], &'m [i64])>) -> Self {
+        let mut words = Vec::new();
+        let mut starts = Vec::new();
+        for (sizes, strides) in arguments {
+            starts.push(words.len());
+            words.extend_from_slice(&[0, 0, 0]);
+            words.extend_from_slice(sizes);
+            words.extend_from_slice(strides);
+        }
+        Descriptors { words, starts }
     }
 
-    pub fn set_data(&mut self, data: usize) {
-        self.words[0] = data as i64;
-        self.words[1] = data as i64;
+    pub fn len(&self) -> usize {
+        self.starts.len()
     }
 
-    pub fn as_mut_ptr(&mut self) -> *mut c_void {
-        self.words.as_mut_ptr().cast()
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// A copy whose descriptor `i` addresses `data[i]` (allocated and aligned pointer alike),
+    /// and the argument vector of pointers into it. `data` must have one entry per descriptor.
+    pub fn bind(&self, data: &[usize]) -> (Vec<i64>, Vec<*mut c_void>) {
+        let mut words = self.words.clone();
+        for (&start, &pointer) in self.starts.iter().zip(data) {
+            words[start] = pointer as i64;
+            words[start + 1] = pointer as i64;
+        }
+        let base = words.as_mut_ptr();
+        // SAFETY: every start is an index into `words`.
+        let argv = self
+            .starts
+            .iter()
+            .map(|&s| unsafe { base.add(s) }.cast())
+            .collect();
+        (words, argv)
     }
 }
 
@@ -67,9 +91,13 @@ mod tests {
 
     #[test]
     fn descriptor_layout_matches_mlir() {
-        let mut d = Descriptor::new(&[2, 3], &[3, 1]);
-        d.set_data(0x1000);
-        assert_eq!(d.words, vec![0x1000, 0x1000, 0, 2, 3, 3, 1]);
+        let d = Descriptors::new([(&[2i64, 3][..], &[3i64, 1][..]), (&[][..], &[][..])]);
+        let (words, argv) = d.bind(&[0x1000, 0x2000]);
+        assert_eq!(
+            words,
+            vec![0x1000, 0x1000, 0, 2, 3, 3, 1, 0x2000, 0x2000, 0]
+        );
+        assert_eq!(argv[1], words[7..].as_ptr() as *mut c_void);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 mod abi;
 mod support;
 
-pub use abi::{Descriptor, EntryFn};
+pub use abi::{Descriptors, EntryFn};
 
 use crate::error::{Error, Result};
 use crate::pipeline::Dumps;
@@ -72,7 +72,6 @@ pub struct Kernel {
     engine: ManuallyDrop<ExecutionEngine<'static>>,
     context: ManuallyDrop<Box<LlvmContext>>,
     entry: EntryFn,
-    pub arg_count: usize,
 }
 
 // SAFETY: after construction the engine is only used to keep the code alive; calls go through
@@ -202,7 +201,6 @@ pub fn compile(
             engine: ManuallyDrop::new(engine),
             context: ManuallyDrop::new(context),
             entry,
-            arg_count,
         },
         timings,
     ))

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
-use crate::jit::{self, Descriptor, Kernel};
+use crate::jit::{self, Descriptors, Kernel};
 use crate::pipeline::{self, Dumps};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,7 +36,7 @@ pub struct CompiledGraph {
     pub timings: Timings,
     pub dumped: Vec<PathBuf>,
     kernel: Kernel,
-    templates: Vec<Descriptor>,
+    descriptors: Descriptors,
 }
 
 /// Lowers, optimises and JIT-compiles a validated graph.
@@ -111,11 +111,12 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         .map(|r| graph.meta(r).cloned())
         .collect::<Option<_>>()
         .ok_or_else(|| Error::InvalidGraph("an output has no metadata".to_string()))?;
-    let templates = inputs
-        .iter()
-        .chain(&outputs)
-        .map(|m| Descriptor::new(&m.shape, &m.strides))
-        .collect();
+    let descriptors = Descriptors::new(
+        inputs
+            .iter()
+            .chain(&outputs)
+            .map(|m| (m.shape.as_slice(), m.strides.as_slice())),
+    );
     tracing::info!(
         graph = graph.name.as_str(),
         ms = total.elapsed().as_secs_f64() * 1e3,
@@ -128,7 +129,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         timings,
         dumped,
         kernel,
-        templates,
+        descriptors,
     })
 }
 
@@ -140,24 +141,19 @@ impl CompiledGraph {
     /// records (shape, strides, dtype), valid for the duration of the call; output buffers
     /// must not overlap inputs or each other.
     pub unsafe fn call(&self, pointers: &[usize]) -> Result<()> {
-        if pointers.len() != self.kernel.arg_count {
+        if pointers.len() != self.descriptors.len() {
             return Err(Error::Call(format!(
                 "graph `{}` takes {} buffers ({} inputs, {} outputs), got {}",
                 self.name,
-                self.kernel.arg_count,
+                self.descriptors.len(),
                 self.inputs.len(),
                 self.outputs.len(),
                 pointers.len()
             )));
         }
-        let mut descriptors = self.templates.clone();
-        let mut argv: Vec<*mut std::ffi::c_void> = Vec::with_capacity(descriptors.len());
-        for (d, &p) in descriptors.iter_mut().zip(pointers) {
-            d.set_data(p);
-            argv.push(d.as_mut_ptr());
-        }
-        // SAFETY: the caller guarantees the buffers; `argv` holds one live descriptor per
-        // memref argument of the compiled function, in order.
+        let (_words, mut argv) = self.descriptors.bind(pointers);
+        // SAFETY: the caller guarantees the buffers; `argv` points to one live descriptor (in
+        // `_words`, alive until the end of the call) per memref argument, in order.
         unsafe { (self.kernel.entry())(argv.as_mut_ptr()) };
         Ok(())
     }
