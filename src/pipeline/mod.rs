@@ -38,25 +38,28 @@ pub enum Hook {
     Schedule,
 }
 
-/// Fuse elementwise producers into consumers on tensors, then clean up.
+/// Fuse elementwise producers into consumers on tensors, then make each graph output's producer
+/// write straight into the output buffer, then clean up. `eliminate-empty-tensors` runs after
+/// fusion (which gives elementwise ops fresh `tensor.empty` inits) and before any CSE: once
+/// CSE has merged the `tensor.empty`/`linalg.fill` inits of two reductions, both would write
+/// the one output buffer and one-shot analysis misses the conflict, so one reduction would
+/// start from the other's result.
 const FUSION: Stage = Stage {
     name: "fusion",
-    pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),canonicalize,cse)",
+    pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),eliminate-empty-tensors,canonicalize,cse)",
     hook: Hook::None,
 };
 
 /// Tile and vectorise matrix products with the transform schedule [`schedule::attach`]
-/// generates; canonicalize and cse drop the untiled originals.
+/// generates; canonicalize drops the untiled originals. No CSE here: see [`FUSION`].
 const SCHEDULE: Stage = Stage {
     name: "schedule",
-    pipeline: "builtin.module(transform-interpreter,canonicalize,cse)",
+    pipeline: "builtin.module(transform-interpreter,canonicalize)",
     hook: Hook::Schedule,
 };
 
-/// Tensors to buffers; results are copied into the caller's memrefs. `eliminate-empty-tensors`
-/// (which would compute outputs in place) is left out: when CSE has merged the `linalg.fill`
-/// inits of two reductions, it hands both the output buffer and one-shot analysis misses the
-/// conflict, so one reduction starts from the other's result.
+/// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
+/// are computed in place; the others are copied into the caller's memrefs.
 const BUFFERIZE: Stage = Stage {
     name: "bufferize",
     pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
