@@ -58,7 +58,8 @@ impl Descriptors {
 }
 
 /// The address of a C symbol for the JIT's external calls: fxmlir's own runtime functions,
-/// then whatever the process has loaded, then libm (which a Rust binary may not have linked when it calls no libm function).
+/// then whatever the process has loaded, then libm and libmvec (which a Rust binary may not
+/// have linked when it calls none of their functions).
 pub fn resolve(symbol: &str) -> Option<usize> {
     if let Some(own) = super::support::lookup(symbol) {
         return Some(own);
@@ -69,20 +70,29 @@ pub fn resolve(symbol: &str) -> Option<usize> {
     if !address.is_null() {
         return Some(address as usize);
     }
-    let libm = libm_handle()?;
-    // SAFETY: `libm` is a live handle from dlopen; the name is a valid C string.
-    let address = unsafe { libc::dlsym(libm as *mut c_void, name.as_ptr()) };
-    (!address.is_null()).then_some(address as usize)
+    system_libraries().iter().find_map(|&handle| {
+        // SAFETY: `handle` is a live handle from dlopen; the name is a valid C string.
+        let address = unsafe { libc::dlsym(handle as *mut c_void, name.as_ptr()) };
+        (!address.is_null()).then_some(address as usize)
+    })
 }
 
-fn libm_handle() -> Option<usize> {
-    static LIBM: OnceLock<usize> = OnceLock::new();
-    let handle = *LIBM.get_or_init(|| {
-        // SAFETY: dlopen of the system math library with a valid C string; the handle is kept
-        // for the life of the process.
-        unsafe { libc::dlopen(c"libm.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) as usize }
-    });
-    (handle != 0).then_some(handle)
+/// Handles of the system libraries compiled code may call into, opened once.
+fn system_libraries() -> &'static [usize] {
+    static HANDLES: OnceLock<Vec<usize>> = OnceLock::new();
+    HANDLES.get_or_init(|| {
+        [c"libm.so.6", c"libmvec.so.1"]
+            .iter()
+            .map(|library| {
+                // SAFETY: dlopen of a system library with a valid C string; the handle is kept
+                // for the life of the process.
+                unsafe {
+                    libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) as usize
+                }
+            })
+            .filter(|&handle| handle != 0)
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -103,6 +113,7 @@ mod tests {
     #[test]
     fn resolves_libm() {
         assert!(resolve("expf").is_some());
+        assert!(resolve("_ZGVdN8v_expf").is_some());
         assert!(resolve("definitely_not_a_symbol_fxmlir").is_none());
     }
 }

@@ -1,0 +1,215 @@
+//! Vectorised math through glibc's libmvec. MLIR lowers `math.exp`, `math.tanh`, `math.erf`
+//! and their kin to scalar libm calls or LLVM intrinsics that codegen turns into libm calls, so
+//! LLVM's loop vectoriser would leave every loop holding one scalar. Each such call site gets a
+//! `vector-function-abi-variant` attribute naming libmvec's vector versions for the host's
+//! vector unit (the AVX2 ones as well on AVX-512, since LLVM often prefers 256-bit vectors);
+//! the vectoriser then calls, say, `_ZGVdN8v_expf` on eight lanes at once. The variants are
+//! declared in the module and kept alive in `llvm.compiler.used`, so that no pass drops them
+//! before the vectoriser runs; [`super::abi::resolve`] finds them in libmvec.
+
+use super::Host;
+use crate::error::{Error, Result};
+use inkwell::{
+    AddressSpace,
+    attributes::AttributeLoc,
+    context::Context,
+    module::{Linkage, Module},
+    types::{BasicMetadataTypeEnum, BasicTypeEnum},
+    values::{CallSiteValue, FunctionValue, InstructionOpcode, PointerValue},
+};
+use std::collections::BTreeMap;
+
+/// libm functions libmvec has vector versions of, with their arity.
+const FUNCTIONS: &[(&str, usize)] = &[
+    ("acos", 1),
+    ("acosh", 1),
+    ("asin", 1),
+    ("asinh", 1),
+    ("atan", 1),
+    ("atanh", 1),
+    ("cbrt", 1),
+    ("cos", 1),
+    ("cosh", 1),
+    ("erf", 1),
+    ("erfc", 1),
+    ("exp", 1),
+    ("exp10", 1),
+    ("exp2", 1),
+    ("expm1", 1),
+    ("log", 1),
+    ("log10", 1),
+    ("log1p", 1),
+    ("log2", 1),
+    ("sin", 1),
+    ("sinh", 1),
+    ("tan", 1),
+    ("tanh", 1),
+    ("atan2", 2),
+    ("pow", 2),
+];
+
+/// A vector ISA of the x86-64 vector function ABI: its mangling letter and register width.
+#[derive(Debug, Clone, Copy)]
+struct Isa {
+    letter: char,
+    bits: u32,
+}
+
+/// The ISAs whose libmvec variants the host can run, widest first.
+fn host_isas(host: &Host) -> Vec<Isa> {
+    let has = |f: &str| host.features.split(',').any(|x| x == f);
+    let mut isas = Vec::new();
+    if !host.triple.starts_with("x86_64") {
+        return isas;
+    }
+    if has("+avx512f") {
+        isas.push(Isa {
+            letter: 'e',
+            bits: 512,
+        });
+    }
+    if has("+avx2") {
+        isas.push(Isa {
+            letter: 'd',
+            bits: 256,
+        });
+    }
+    isas.push(Isa {
+        letter: 'b',
+        bits: 128,
+    });
+    isas
+}
+
+/// The libm base name, element width and arity a callee stands for: `expf` → (`exp`, 32, 1),
+/// `llvm.tanh.f64` → (`tanh`, 64, 1).
+fn classify(callee: &str) -> Option<(&'static str, u32, usize)> {
+    let (base, bits) = match callee.strip_prefix("llvm.") {
+        Some(intrinsic) => {
+            let (base, ty) = intrinsic.rsplit_once('.')?;
+            let bits = match ty {
+                "f32" => 32,
+                "f64" => 64,
+                _ => return None,
+            };
+            (base, bits)
+        }
+        None => match callee.strip_suffix('f') {
+            Some(base) if FUNCTIONS.iter().any(|(n, _)| *n == base) => (base, 32),
+            _ => (callee, 64),
+        },
+    };
+    FUNCTIONS
+        .iter()
+        .find(|(n, _)| *n == base)
+        .map(|(n, arity)| (*n, bits, *arity))
+}
+
+/// Annotates every call to a function libmvec vectorises; returns how many calls it marked.
+pub fn annotate<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, host: &Host) -> Result<usize> {
+    let isas = host_isas(host);
+    if isas.is_empty() {
+        return Ok(0);
+    }
+    let mut calls: Vec<(CallSiteValue<'ctx>, &'static str, u32, usize, String)> = Vec::new();
+    for function in module.get_functions() {
+        for block in function.get_basic_blocks() {
+            for instruction in block.get_instructions() {
+                if instruction.get_opcode() != InstructionOpcode::Call {
+                    continue;
+                }
+                let Ok(call) = CallSiteValue::try_from(instruction) else {
+                    continue;
+                };
+                let Some(callee) = call.get_called_fn_value() else {
+                    continue;
+                };
+                let name = callee.get_name().to_string_lossy().into_owned();
+                if let Some((base, bits, arity)) = classify(&name) {
+                    calls.push((call, base, bits, arity, name));
+                }
+            }
+        }
+    }
+    let mut declared: BTreeMap<String, FunctionValue<'ctx>> = BTreeMap::new();
+    for (call, base, bits, arity, scalar) in &calls {
+        let suffix = if *bits == 32 { "f" } else { "" };
+        let params = "v".repeat(*arity);
+        let mut variants = Vec::new();
+        for isa in &isas {
+            let lanes = isa.bits / bits;
+            let vector = format!("_ZGV{}N{lanes}{params}_{base}{suffix}", isa.letter);
+            if !declared.contains_key(&vector) {
+                let element: BasicTypeEnum = if *bits == 32 {
+                    ctx.f32_type().into()
+                } else {
+                    ctx.f64_type().into()
+                };
+                let vector_type = match element {
+                    BasicTypeEnum::FloatType(t) => t.vec_type(lanes),
+                    _ => return Err(Error::Llvm("libmvec element is not a float".into())),
+                };
+                let args: Vec<BasicMetadataTypeEnum> = vec![vector_type.into(); *arity];
+                let f = module.get_function(&vector).unwrap_or_else(|| {
+                    module.add_function(&vector, vector_type.fn_type(&args, false), None)
+                });
+                declared.insert(vector.clone(), f);
+            }
+            variants.push(format!("_ZGV_LLVM_N{lanes}{params}_{scalar}({vector})"));
+        }
+        let attribute =
+            ctx.create_string_attribute("vector-function-abi-variant", &variants.join(","));
+        call.add_attribute(AttributeLoc::Function, attribute);
+    }
+    keep_alive(ctx, module, declared.values().copied())?;
+    Ok(calls.len())
+}
+
+/// Appends functions to `llvm.compiler.used`, so that declarations with no use yet survive
+/// until the loop vectoriser calls them.
+fn keep_alive<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    functions: impl Iterator<Item = FunctionValue<'ctx>>,
+) -> Result<()> {
+    let pointers: Vec<PointerValue<'ctx>> = functions
+        .map(|f| f.as_global_value().as_pointer_value())
+        .collect();
+    if pointers.is_empty() {
+        return Ok(());
+    }
+    if module.get_global("llvm.compiler.used").is_some() {
+        return Err(Error::Llvm(
+            "the module already has an llvm.compiler.used list".to_string(),
+        ));
+    }
+    let ptr = ctx.ptr_type(AddressSpace::default());
+    let array = ptr.const_array(&pointers);
+    let global = module.add_global(
+        ptr.array_type(pointers.len() as u32),
+        None,
+        "llvm.compiler.used",
+    );
+    global.set_linkage(Linkage::Appending);
+    global.set_section(Some("llvm.metadata"));
+    global.set_initializer(&array);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_libm_names_and_intrinsics() {
+        assert_eq!(classify("expf"), Some(("exp", 32, 1)));
+        assert_eq!(classify("exp"), Some(("exp", 64, 1)));
+        assert_eq!(classify("erff"), Some(("erf", 32, 1)));
+        assert_eq!(classify("llvm.tanh.f32"), Some(("tanh", 32, 1)));
+        assert_eq!(classify("llvm.pow.f64"), Some(("pow", 64, 2)));
+        assert_eq!(classify("llvm.exp.v8f32"), None);
+        assert_eq!(classify("llvm.fma.f32"), None);
+        assert_eq!(classify("malloc"), None);
+        assert_eq!(classify("memrefCopy"), None);
+    }
+}
