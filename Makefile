@@ -3,10 +3,11 @@
 SHELL := /bin/bash
 LLVM_PREFIX := /usr/lib/llvm-22
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-dev \
-                libpolly-22-dev libzstd-dev
+                libpolly-22-dev libzstd-dev libomp-22-dev
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff
+PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff \
+                matplotlib
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
@@ -24,13 +25,16 @@ apt:
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-venv: $(VENV)/.installed
-
-$(VENV)/.installed:
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_PACKAGES)
-	touch $@
+# The stamp records the package list last installed; a different list (a package added) runs pip
+# again on an existing venv.
+venv:
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	@if [ "$$(cat $(VENV)/.installed 2>/dev/null)" != '$(PIP_PACKAGES)' ]; then \
+	    echo "installing Python packages:" $(PIP_PACKAGES); \
+	    $(PY) -m pip install -q --upgrade pip && \
+	    $(PY) -m pip install -q $(PIP_PACKAGES) && \
+	    echo '$(PIP_PACKAGES)' > $(VENV)/.installed; \
+	fi
 
 ## build: the extension into the venv (editable) and the CLIs onto the venv's PATH.
 build: venv

@@ -51,8 +51,9 @@ for tool in ("FileCheck", "not", "mlir-opt", "split-file"):
 config.environment["PATH"] = os.pathsep.join(
     [fxmlir_bin, llvm_bin, config.environment.get("PATH", os.environ.get("PATH", ""))]
 )
-# Deterministic, quiet tools: no dump directory or log filter leaks in from the caller.
-for var in ("FXMLIR_DUMP_DIR", "FXMLIR_LOG", "RUST_LOG"):
+# Deterministic, quiet tools: no dump directory, compile cache or log filter leaks in from the
+# caller.
+for var in ("FXMLIR_DUMP_DIR", "FXMLIR_CACHE_DIR", "FXMLIR_LOG", "RUST_LOG"):
     config.environment.pop(var, None)
 config.environment["RUST_BACKTRACE"] = "0"
 

@@ -107,6 +107,19 @@ impl Kernel {
             .collect()
     }
 
+    /// Where the kernel came from: `"compiled"`, `"memory"` (an identical graph compiled
+    /// earlier in this process) or `"disk"` (the compile cache).
+    #[getter]
+    fn source(&self) -> &'static str {
+        self.compiled.source.as_str()
+    }
+
+    /// Compile cache problems met while compiling (none of them failed the compile).
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.compiled.warnings.clone()
+    }
+
     #[getter]
     fn arg_count(&self) -> usize {
         self.compiled.inputs.len() + self.compiled.outputs.len()
@@ -122,18 +135,23 @@ impl Kernel {
     }
 }
 
-/// Compiles an interchange document (JSON text).
+/// Compiles an interchange document (JSON text), or reuses the kernel of an identical graph
+/// from this process or from the compile cache under `cache_dir`.
 #[pyfunction]
-#[pyo3(signature = (json, pipeline = "default", dump_dir = None))]
+#[pyo3(signature = (json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1))]
 fn compile(
     py: Python<'_>,
     json: String,
     pipeline: &str,
     dump_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    threads: usize,
 ) -> PyResult<Kernel> {
     let options = Options {
         pipeline: pipeline.to_string(),
         dump_dir,
+        cache_dir,
+        threads,
     };
     let compiled = py.detach(|| {
         guard(|| {

@@ -159,9 +159,11 @@ fn dumps_every_stage() {
         "01-schedule.transform.mlir",
         "01-schedule.mlir",
         "02-fusion.mlir",
-        "03-bufferize.mlir",
-        "04-loops.mlir",
-        "05-llvm.mlir",
+        "03-parallel.transform.mlir",
+        "03-parallel.mlir",
+        "04-bufferize.mlir",
+        "05-loops.mlir",
+        "06-llvm.mlir",
         "ll",
     ] {
         let path = dir.join(format!("dumped.{suffix}"));

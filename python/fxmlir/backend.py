@@ -30,15 +30,23 @@ _counter_lock = threading.Lock()
 @dataclasses.dataclass(frozen=True)
 class CompileRecord:
     """One graph compiled in this process: its name, ATen node count, stage timings in ms
-    (ending with ``total``; empty when the kernel was reused) and the dump files written."""
+    (ending with ``total``; ``cache-load`` and ``total`` for a kernel from the disk cache; empty
+    when the kernel of an identical graph in this process was reused) and the dump files
+    written."""
 
     seq: int
     name: str
     nodes: int
     timings: tuple[tuple[str, float], ...]
     dumped: tuple[str, ...]
-    #: The kernel of an identical graph was reused (no compile happened).
-    cached: bool = False
+    #: Where the kernel came from: ``"compiled"``, ``"memory"`` (an identical graph compiled
+    #: earlier in this process) or ``"disk"`` (the compile cache, ``config.cache_dir``).
+    source: str = "compiled"
+
+    @property
+    def cached(self) -> bool:
+        """No compile happened: the kernel came from memory or from disk."""
+        return self.source != "compiled"
 
     @property
     def total_ms(self) -> float:
@@ -73,10 +81,17 @@ class GraphCompiler:
     """Compiles one functional ATen graph. Static graphs compile at once; graphs with symbolic
     sizes compile on each call with new concrete sizes (cached per binding)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, pipeline: str, dump_dir: str | None):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        pipeline: str,
+        dump_dir: str | None,
+        cache_dir: str | None,
+    ):
         self.gm = gm
         self.pipeline = pipeline
         self.dump_dir = dump_dir
+        self.cache_dir = cache_dir
         self.name = _next_name()
         self.dynamic = interchange.is_dynamic(gm)
         self.specialized: dict[tuple, runtime.CompiledGraph] = {}
@@ -86,16 +101,16 @@ class GraphCompiler:
 
     def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
         plan = interchange.export(self.gm, name, bindings)
-        compiled, cached = runtime.build(plan, self.pipeline, self.dump_dir)
+        compiled, source = runtime.build(plan, self.pipeline, self.dump_dir, self.cache_dir)
         kernel = compiled.kernel
         history.append(
             CompileRecord(
                 seq=next(_records),
                 name=name,
                 nodes=len(plan.document["nodes"]),
-                timings=tuple(kernel.timings) if kernel and not cached else (),
-                dumped=tuple(kernel.dumped) if kernel and not cached else (),
-                cached=cached,
+                timings=tuple(kernel.timings) if kernel and source != "memory" else (),
+                dumped=tuple(kernel.dumped) if kernel else (),
+                source=source,
             )
         )
         return compiled
@@ -122,17 +137,17 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     ``config.fallback == "error"``, which raises instead."""
     strict = config.check_fallback() == "error"
     supported = supported_ops()
-    pipeline, dump_dir = config.pipeline, config.dump_dir
+    pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
     if not partition.unsupported_nodes(gm, supported):
         try:
-            compiler = GraphCompiler(gm, pipeline, dump_dir)
+            compiler = GraphCompiler(gm, pipeline, dump_dir, cache_dir)
             compiler._boxed_call = True
             return compiler
         except _fxmlir.FxmlirError:
             if strict:
                 raise
     split = partition.partition_and_compile(
-        gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir), strict
+        gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir), strict
     )
 
     def run(args: list[Any]) -> Any:

@@ -14,11 +14,25 @@ def _env_str(name: str) -> str | None:
     return value if value else None
 
 
+def _cache_dir() -> str | None:
+    """``FXMLIR_CACHE_DIR`` if set (empty: no disk cache), else the user's cache directory."""
+    value = os.environ.get("FXMLIR_CACHE_DIR")
+    if value is not None:
+        return value or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fxmlir")
+
+
 @dataclasses.dataclass
 class Config:
     #: Write ``<graph>.fx.json``, ``<graph>.NN-<stage>.mlir`` and ``<graph>.ll`` here
     #: (``FXMLIR_DUMP_DIR``).
     dump_dir: str | None = dataclasses.field(default_factory=lambda: _env_str("FXMLIR_DUMP_DIR"))
+    #: Compiled kernels are stored here and loaded by later processes compiling an identical
+    #: graph; ``None`` or ``""`` turns the disk cache off (``FXMLIR_CACHE_DIR``; default
+    #: ``$XDG_CACHE_HOME/fxmlir`` or ``~/.cache/fxmlir``). Nothing is loaded while ``dump_dir``
+    #: is set, so that every stage is dumped.
+    cache_dir: str | None = dataclasses.field(default_factory=_cache_dir)
     #: Named MLIR pipeline used to compile graphs (``FXMLIR_PIPELINE``).
     pipeline: str = dataclasses.field(
         default_factory=lambda: os.environ.get("FXMLIR_PIPELINE", "default")

@@ -29,7 +29,10 @@ class ExplainReport:
     def __str__(self) -> str:
         lines = [f"fxmlir compiled {len(self.graphs)} graph(s):"]
         for g in self.graphs:
-            how = "reused an identical kernel" if g.cached else f"compiled in {g.total_ms:.1f} ms"
+            how = {
+                "memory": "reused an identical kernel",
+                "disk": f"loaded from the compile cache in {g.total_ms:.1f} ms",
+            }.get(g.source, f"compiled in {g.total_ms:.1f} ms")
             lines.append(f"  {g.name}: {g.nodes} ATen ops, {how}")
         if not self.fallbacks:
             lines.append("no op fell back to eager PyTorch")

@@ -150,8 +150,10 @@ class Plan:
     #: For each graph output: ("kernel", i) | ("arg", i) | ("value", python_value).
     outputs: list[tuple[str, Any]]
 
-    def to_json(self) -> str:
-        return json.dumps(self.document, indent=1, allow_nan=False)
+    def to_json(self, indent: int | None = 1) -> str:
+        """The document as JSON text; ``indent=None`` is compact and several times faster to
+        write (the indented form is for dump files people read)."""
+        return json.dumps(self.document, indent=indent, allow_nan=False)
 
 
 class Exporter:

@@ -3,10 +3,7 @@ the outputs with torch, pass data pointers to the kernel (no copies), assemble t
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,56 +113,28 @@ def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     raise CallError(f"output `{ref['node']}` has no metadata")
 
 
-#: Kernels by structural key, so identical graphs (repeated blocks of a model, recompiles of
-#: the same code) compile once per process.
-_kernels: dict[str, _fxmlir.Kernel] = {}
-_kernels_lock = threading.Lock()
-
-
-def structural_key(doc: dict[str, Any], pipeline: str) -> str:
-    """A hash of what determines the code: ops, arguments, metadata, constants and pipeline,
-    but not the graph's name, node names or source lines."""
-    index: dict[str, str] = {}
-    for prefix, entries in (("i", doc["inputs"]), ("c", doc["constants"]), ("n", doc["nodes"])):
-        for i, entry in enumerate(entries):
-            index[entry["name"]] = f"{prefix}{i}"
-
-    def canon(arg: Any) -> Any:
-        if isinstance(arg, dict) and "ref" in arg:
-            return ["ref", index[arg["ref"]["node"]], arg["ref"].get("index", 0)]
-        if isinstance(arg, dict) and "list" in arg:
-            return ["list", [canon(a) for a in arg["list"]]]
-        return arg
-
-    body = {
-        "version": doc["version"],
-        "inputs": [i["meta"] for i in doc["inputs"]],
-        "constants": [(c["meta"], c["data"]) for c in doc["constants"]],
-        "nodes": [(n["target"], [canon(a) for a in n["args"]], n["outputs"]) for n in doc["nodes"]],
-        "outputs": [(index[o["node"]], o.get("index", 0)) for o in doc["outputs"]],
-        "pipeline": pipeline,
-    }
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def build(plan: Plan, pipeline: str, dump_dir: str | None) -> tuple[CompiledGraph, bool]:
+def build(
+    plan: Plan, pipeline: str, dump_dir: str | None, cache_dir: str | None
+) -> tuple[CompiledGraph, str]:
     """Compiles an exported plan (unless it needs no kernel) and wraps it for calling. Returns
-    the graph and whether its kernel came from the in-process cache (never when dumping, so
-    that every graph's dumps are written)."""
+    the graph and where its kernel came from: ``"compiled"``, ``"memory"`` (an identical graph
+    compiled earlier in this process) or ``"disk"`` (the compile cache under ``cache_dir``).
+    Identity ignores the graph's name, node names and source lines; while dumping, nothing is
+    reused, so that every graph's dumps are written."""
     if not plan.document["outputs"]:
-        return CompiledGraph(plan, None), False
-    key = structural_key(plan.document, pipeline)
-    if dump_dir is None:
-        with _kernels_lock:
-            kernel = _kernels.get(key)
-        if kernel is not None:
-            log.info("graph %s reuses the kernel of %s", plan.document["name"], kernel.name)
-            return CompiledGraph(plan, kernel), True
-    kernel = _fxmlir.compile(plan.to_json(), pipeline, dump_dir)
+        return CompiledGraph(plan, None), "compiled"
+    # Large loops are split into one chunk per torch intra-op thread.
+    threads = torch.get_num_threads()
+    # Compact unless it is dumped: the text is serialised even when the kernel is reused.
+    text = plan.to_json(indent=1 if dump_dir else None)
+    kernel = _fxmlir.compile(text, pipeline, dump_dir, cache_dir or None, threads)
+    for warning in kernel.warnings:
+        log.warning("%s", warning)
     total = dict(kernel.timings).get("total", 0.0)
-    log.info("compiled graph %s in %.1f ms", kernel.name, total)
-    if dump_dir:
+    if kernel.source == "compiled":
+        log.info("compiled graph %s in %.1f ms", kernel.name, total)
+    else:
+        log.info("graph %s: kernel from %s in %.1f ms", kernel.name, kernel.source, total)
+    if kernel.dumped:
         log.info("dumps of %s: %s", kernel.name, ", ".join(kernel.dumped))
-    with _kernels_lock:
-        _kernels[key] = kernel
-    return CompiledGraph(plan, kernel), False
+    return CompiledGraph(plan, kernel), kernel.source

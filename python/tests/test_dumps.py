@@ -13,12 +13,14 @@ STAGES = [
     "01-schedule.transform",
     "01-schedule",
     "02-fusion",
-    "03-bufferize",
-    "04-loops",
-    "05-llvm",
+    "03-parallel.transform",
+    "03-parallel",
+    "04-bufferize",
+    "05-loops",
+    "06-llvm",
 ]
 # The schedule stage's pass pipeline; its input dump (transform script inside) replays with it.
-SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,canonicalize,cse)"
+SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,canonicalize)"
 
 
 def model(x, w, b):
@@ -65,6 +67,6 @@ def test_dump_dir_from_environment_and_log_from_python(tmp_path):
     env = dict(os.environ, FXMLIR_DUMP_DIR=str(tmp_path), FXMLIR_LOG="debug")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert list(tmp_path.glob("*.05-llvm.mlir"))
+    assert list(tmp_path.glob("*.06-llvm.mlir"))
     for needle in ("fusion", "bufferize", "llvm-opt", "compiled graph"):
         assert needle in out.stderr, out.stderr

@@ -34,6 +34,9 @@ struct Cli {
     /// List the named pipelines and exit.
     #[arg(long)]
     list_pipelines: bool,
+    /// Threads the `parallel` stage splits large ops across.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 fn main() -> std::process::ExitCode {
@@ -111,7 +114,14 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             .ok_or_else(|| anyhow!("cannot parse the input:\n{}", diagnostics.take()))?
     };
     if let Some(name) = &cli.pipeline {
-        pipeline::run_stages(&context, &mut module, pipeline::named(name)?, None, 1)?;
+        pipeline::run_stages(
+            &context,
+            &mut module,
+            pipeline::named(name)?,
+            None,
+            1,
+            cli.threads,
+        )?;
     }
     if let Some(p) = &cli.pass_pipeline {
         pipeline::run_pipeline_text(&context, &mut module, p)?;

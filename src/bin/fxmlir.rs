@@ -51,6 +51,13 @@ struct CompileArgs {
     /// Write the interchange file, every stage's MLIR and the LLVM IR here.
     #[arg(long, env = "FXMLIR_DUMP_DIR")]
     dump_dir: Option<PathBuf>,
+    /// Load the kernel from, and store it in, the compile cache under this directory (off by
+    /// default, so that the timings are a compile's; an empty value turns it off).
+    #[arg(long, env = "FXMLIR_CACHE_DIR")]
+    cache_dir: Option<std::ffi::OsString>,
+    /// Threads the kernel splits its large loops across.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 impl CompileArgs {
@@ -58,6 +65,12 @@ impl CompileArgs {
         fxmlir::Options {
             pipeline: self.pipeline.clone(),
             dump_dir: self.dump_dir.clone(),
+            cache_dir: self
+                .cache_dir
+                .clone()
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
+            threads: self.threads,
         }
     }
 }
@@ -115,7 +128,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn print_timings(compiled: &fxmlir::CompiledGraph) {
-    println!("graph {}", compiled.name);
+    for warning in &compiled.warnings {
+        eprintln!("fxmlir: warning: {warning}");
+    }
+    match compiled.source {
+        fxmlir::runtime::Source::Compiled => println!("graph {}", compiled.name),
+        source => println!("graph {} (kernel from {})", compiled.name, source.as_str()),
+    }
     for (stage, t) in &compiled.timings {
         println!("  {stage:<12} {:>9.3} ms", t.as_secs_f64() * 1e3);
     }

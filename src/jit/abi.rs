@@ -58,8 +58,8 @@ impl Descriptors {
 }
 
 /// The address of a C symbol for the JIT's external calls: fxmlir's own runtime functions,
-/// then whatever the process has loaded, then libm and libmvec (which a Rust binary may not
-/// have linked when it calls none of their functions).
+/// then whatever the process has loaded, then libm, libmvec and LLVM's OpenMP runtime (which
+/// a Rust binary may not have linked when it calls none of their functions).
 pub fn resolve(symbol: &str) -> Option<usize> {
     if let Some(own) = super::support::lookup(symbol) {
         return Some(own);
@@ -77,22 +77,28 @@ pub fn resolve(symbol: &str) -> Option<usize> {
     })
 }
 
-/// Handles of the system libraries compiled code may call into, opened once.
+/// LLVM's OpenMP runtime (`__kmpc_*`), which the parallel loops call: the one of the LLVM
+/// fxmlir is built with (Debian's `libomp-22-dev`), else whichever the loader finds.
+const LIBOMP: [&std::ffi::CStr; 2] = [c"/usr/lib/llvm-22/lib/libomp.so.5", c"libomp.so.5"];
+
+/// Handles of the system libraries compiled code may call into, opened once. Only the first
+/// OpenMP runtime found is opened: two in one process refuse to start.
 fn system_libraries() -> &'static [usize] {
     static HANDLES: OnceLock<Vec<usize>> = OnceLock::new();
     HANDLES.get_or_init(|| {
-        [c"libm.so.6", c"libmvec.so.1"]
-            .iter()
-            .map(|library| {
-                // SAFETY: dlopen of a system library with a valid C string; the handle is kept
-                // for the life of the process.
-                unsafe {
-                    libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) as usize
-                }
-            })
+        let libomp = LIBOMP.into_iter().map(open).find(|&h| h != 0);
+        [open(c"libm.so.6"), open(c"libmvec.so.1")]
+            .into_iter()
+            .chain(libomp)
             .filter(|&handle| handle != 0)
             .collect()
     })
+}
+
+/// `dlopen`s a library for the life of the process; 0 when it cannot be loaded.
+fn open(library: &std::ffi::CStr) -> usize {
+    // SAFETY: dlopen with a valid C string; the handle is never closed.
+    unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) as usize }
 }
 
 #[cfg(test)]
@@ -114,6 +120,7 @@ mod tests {
     fn resolves_libm() {
         assert!(resolve("expf").is_some());
         assert!(resolve("_ZGVdN8v_expf").is_some());
+        assert!(resolve("__kmpc_fork_call").is_some());
         assert!(resolve("definitely_not_a_symbol_fxmlir").is_none());
     }
 }

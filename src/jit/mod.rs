@@ -1,10 +1,13 @@
-//! LLVM dialect → LLVM IR → host-tuned O2 → machine code. The MLIR module is translated straight
-//! into an inkwell context (one LLVM serves melior and inkwell), every function gets the host's
-//! `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the host, and
-//! MCJIT compiles it.
+//! LLVM dialect → LLVM IR → host-tuned O2 → object code → ORC. The MLIR module is translated
+//! straight into an inkwell context (one LLVM serves melior and inkwell), every function gets the
+//! host's `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the host and
+//! the target machine emits a relocatable object: the artefact the compile cache stores.
+//! [`load`] links an object into an ORC LLJIT of its own, resolving external symbols through
+//! [`abi::resolve`], which ORC asks before its own search of the process.
 
 mod abi;
 mod support;
+mod veclib;
 
 pub use abi::{Descriptors, EntryFn};
 
@@ -14,13 +17,26 @@ use inkwell::{
     AddressSpace, OptimizationLevel,
     attributes::AttributeLoc,
     context::Context as LlvmContext,
-    execution_engine::ExecutionEngine,
     module::Module as LlvmModule,
     passes::PassBuilderOptions,
-    targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine},
+    targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine},
+};
+use llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
+use llvm_sys::orc2::lljit::{
+    LLVMOrcCreateLLJIT, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFile,
+    LLVMOrcLLJITGetExecutionSession, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup,
+    LLVMOrcLLJITRef,
+};
+use llvm_sys::orc2::{
+    LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols,
+    LLVMOrcCLookupSet, LLVMOrcCSymbolMapPair, LLVMOrcCreateCustomCAPIDefinitionGenerator,
+    LLVMOrcDefinitionGeneratorRef, LLVMOrcDisposeMaterializationUnit,
+    LLVMOrcExecutionSessionSetErrorReporter, LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
+    LLVMOrcJITDylibLookupFlags, LLVMOrcJITDylibRef, LLVMOrcLookupKind, LLVMOrcLookupStateRef,
+    LLVMOrcRetainSymbolStringPoolEntry, LLVMOrcSymbolStringPoolEntryStr,
 };
 use melior::ir::Module;
-use std::mem::ManuallyDrop;
+use std::ffi::{CStr, CString, c_void};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -51,6 +67,9 @@ pub fn host() -> Result<&'static Host> {
     .map_err(|e| Error::Llvm(format!("cannot initialise the native target: {e}")))
 }
 
+/// A target machine for the host. Position-independent code in the small code model: JITLink
+/// places an object's sections together anywhere in the address space and reaches external
+/// functions through the GOT and stubs it builds.
 fn target_machine(host: &Host) -> Result<TargetMachine> {
     let triple = inkwell::targets::TargetTriple::create(&host.triple);
     let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
@@ -60,34 +79,17 @@ fn target_machine(host: &Host) -> Result<TargetMachine> {
             &host.cpu,
             &host.features,
             OptimizationLevel::Aggressive,
-            RelocMode::Default,
-            CodeModel::JITDefault,
+            RelocMode::PIC,
+            CodeModel::Small,
         )
         .ok_or_else(|| Error::Llvm(format!("no target machine for {}", host.triple)))
 }
 
-/// Machine code for one graph, with the LLVM context and engine that own it.
+/// Machine code for one graph, linked into an LLJIT that owns its memory.
 pub struct Kernel {
-    // Field order matters: the engine must go before the context it borrows.
-    engine: ManuallyDrop<ExecutionEngine<'static>>,
-    context: ManuallyDrop<Box<LlvmContext>>,
+    /// Owns the code `entry` points into; only its drop matters.
+    _jit: Jit,
     entry: EntryFn,
-}
-
-// SAFETY: after construction the engine is only used to keep the code alive; calls go through
-// `entry`, a plain function pointer to reentrant machine code. Nothing mutates the engine or
-// its context until `drop`, which needs `&mut self`.
-unsafe impl Send for Kernel {}
-unsafe impl Sync for Kernel {}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // SAFETY: each field is dropped exactly once, the engine (and its module) first.
-        unsafe {
-            ManuallyDrop::drop(&mut self.engine);
-            ManuallyDrop::drop(&mut self.context);
-        }
-    }
 }
 
 impl Kernel {
@@ -96,28 +98,64 @@ impl Kernel {
     }
 }
 
+/// An ORC LLJIT holding one kernel's linked object, disposed (code memory freed) on drop.
+struct Jit(LLVMOrcLLJITRef);
+
+// SAFETY: after `load` the LLJIT is never used again except by `drop`, which needs `&mut self`;
+// calls go through `Kernel::entry`, a plain function pointer to reentrant machine code.
+unsafe impl Send for Jit {}
+unsafe impl Sync for Jit {}
+
+impl Drop for Jit {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` came from LLVMOrcCreateLLJIT and is disposed exactly once, here.
+        let err = unsafe { LLVMOrcDisposeLLJIT(self.0) };
+        // SAFETY: `err` is the live (or null) error the call above returned.
+        if let Err(e) = unsafe { take_error(err) } {
+            tracing::warn!("disposing of a kernel's JIT: {e}");
+        }
+    }
+}
+
+/// Ok for a null error; otherwise the message of an error, which this consumes.
+///
+/// # Safety
+/// `err` must be null or a live error that nothing else consumes.
+unsafe fn take_error(err: LLVMErrorRef) -> std::result::Result<(), String> {
+    if err.is_null() {
+        return Ok(());
+    }
+    // SAFETY: per the contract, `err` is live; LLVMGetErrorMessage consumes it and returns a
+    // C string that is freed with LLVMDisposeErrorMessage.
+    unsafe {
+        let message = LLVMGetErrorMessage(err);
+        let text = CStr::from_ptr(message).to_string_lossy().into_owned();
+        LLVMDisposeErrorMessage(message);
+        Err(text)
+    }
+}
+
 /// Timings of the LLVM side of a compile.
 #[derive(Debug, Default, Clone)]
 pub struct JitTimings {
     pub translate: Duration,
     pub optimize: Duration,
+    /// Machine code emission into an object file.
     pub codegen: Duration,
 }
 
 /// Translates an LLVM-dialect module whose function `name` has the C interface, optimises it
-/// and JIT-compiles it. `arg_count` is the number of memref arguments.
+/// and emits a relocatable object for the host (load it with [`load`]). `arg_count` is the
+/// number of memref arguments.
 pub fn compile(
     module: &Module,
     name: &str,
     arg_count: usize,
     dumps: Option<&Dumps>,
-) -> Result<(Kernel, JitTimings)> {
+) -> Result<(Vec<u8>, JitTimings)> {
     let host = host()?;
     let mut timings = JitTimings::default();
-    let context: Box<LlvmContext> = Box::new(LlvmContext::create());
-    // SAFETY: the context lives in a Box owned by the returned Kernel, which drops the engine
-    // (the only holder of 'static borrows) before the context.
-    let ctx: &'static LlvmContext = unsafe { &*(context.as_ref() as *const LlvmContext) };
+    let ctx = LlvmContext::create();
 
     let start = Instant::now();
     // SAFETY: `module` is a valid LLVM-dialect module and `ctx` a live LLVM context of the same
@@ -133,9 +171,9 @@ pub fn compile(
             "translation of the LLVM dialect to LLVM IR failed".to_string(),
         ));
     }
-    // SAFETY: `raw` is a fresh module in `ctx`; inkwell takes ownership.
-    let llvm: LlvmModule<'static> =
-        unsafe { LlvmModule::new(raw as llvm_sys::prelude::LLVMModuleRef) };
+    // SAFETY: `raw` is a fresh module in `ctx`; inkwell takes ownership, and the module is
+    // dropped before `ctx` (declared later, dropped earlier).
+    let llvm: LlvmModule<'_> = unsafe { LlvmModule::new(raw as llvm_sys::prelude::LLVMModuleRef) };
     timings.translate = start.elapsed();
 
     let machine = target_machine(host)?;
@@ -149,7 +187,9 @@ pub fn compile(
             function.add_attribute(AttributeLoc::Function, features);
         }
     }
-    add_entry(ctx, &llvm, name, arg_count, cpu, features)?;
+    add_entry(&ctx, &llvm, name, arg_count, cpu, features)?;
+    let vectorised = veclib::annotate(&ctx, &llvm, host)?;
+    tracing::debug!(calls = vectorised, "math calls given libmvec variants");
     if let Some(d) = dumps {
         d.write("unoptimized.ll", &llvm.print_to_string().to_string())?;
     }
@@ -168,42 +208,138 @@ pub fn compile(
         .map_err(|e| Error::Llvm(format!("invalid LLVM IR: {e}")))?;
 
     let start = Instant::now();
-    let declared: Vec<String> = llvm
-        .get_functions()
-        .filter(|f| f.count_basic_blocks() == 0)
-        .map(|f| f.get_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with("llvm."))
-        .collect();
-    let engine = llvm
-        .create_jit_execution_engine(OptimizationLevel::Aggressive)
-        .map_err(|e| Error::Llvm(format!("cannot create the JIT: {e}")))?;
-    for symbol in &declared {
-        let address = abi::resolve(symbol)
-            .ok_or_else(|| Error::Llvm(format!("unresolved external symbol `{symbol}`")))?;
-        let function = llvm
-            .get_function(symbol)
-            .ok_or_else(|| Error::Llvm(format!("`{symbol}` vanished from the module")))?;
-        engine.add_global_mapping(&function, address);
-    }
-    let address = engine
-        .get_function_address(ENTRY)
-        .map_err(|e| Error::Llvm(format!("no entry point: {e:?}")))?;
+    let object = machine
+        .write_to_memory_buffer(&llvm, FileType::Object)
+        .map_err(|e| Error::Llvm(format!("code generation failed: {e}")))?
+        .as_slice()
+        .to_vec();
     timings.codegen = start.elapsed();
+    Ok((object, timings))
+}
+
+/// Links an object from [`compile`] (or the compile cache) into a fresh LLJIT and finds its
+/// entry point. External symbols resolve through [`abi::resolve`]; an object that does not
+/// parse, or references a symbol it cannot resolve, is an error, never a crash.
+pub fn load(object: &[u8]) -> Result<Kernel> {
+    host()?;
+    let mut raw: LLVMOrcLLJITRef = std::ptr::null_mut();
+    // SAFETY: a null builder asks for a default one; on success `raw` is an LLJIT we own.
+    let err = unsafe { LLVMOrcCreateLLJIT(&mut raw, std::ptr::null_mut()) };
+    // SAFETY: `err` is the live (or null) error just returned.
+    unsafe { take_error(err) }.map_err(|e| Error::Llvm(format!("cannot create the JIT: {e}")))?;
+    let jit = Jit(raw);
+    // SAFETY: `jit.0` is a live LLJIT. The main JITDylib belongs to it; it takes ownership of
+    // the generator (whose callback needs no context) and of the copied object buffer.
+    let err = unsafe {
+        LLVMOrcExecutionSessionSetErrorReporter(
+            LLVMOrcLLJITGetExecutionSession(jit.0),
+            report_session_error,
+            std::ptr::null_mut(),
+        );
+        let dylib = LLVMOrcLLJITGetMainJITDylib(jit.0);
+        LLVMOrcJITDylibAddGenerator(
+            dylib,
+            LLVMOrcCreateCustomCAPIDefinitionGenerator(
+                define_externals,
+                std::ptr::null_mut(),
+                dispose_generator,
+            ),
+        );
+        let buffer = llvm_sys::core::LLVMCreateMemoryBufferWithMemoryRangeCopy(
+            object.as_ptr().cast(),
+            object.len(),
+            c"fxmlir-kernel".as_ptr(),
+        );
+        LLVMOrcLLJITAddObjectFile(jit.0, dylib, buffer)
+    };
+    // SAFETY: `err` is the live (or null) error just returned.
+    unsafe { take_error(err) }
+        .map_err(|e| Error::Llvm(format!("cannot add the object to the JIT: {e}")))?;
+    let entry_name = CString::new(ENTRY).map_err(|e| Error::Llvm(e.to_string()))?;
+    let mut address = 0;
+    // SAFETY: a lookup in a live LLJIT with a valid C string; it links the object (resolving
+    // its external symbols through the generator) and writes the entry's address.
+    let err = unsafe { LLVMOrcLLJITLookup(jit.0, &mut address, entry_name.as_ptr()) };
+    // SAFETY: `err` is the live (or null) error just returned.
+    unsafe { take_error(err) }.map_err(|e| Error::Llvm(format!("cannot link the kernel: {e}")))?;
     if address == 0 {
         return Err(Error::Llvm(
             "the entry point has a null address".to_string(),
         ));
     }
-    // SAFETY: `address` is the JIT-compiled `fxmlir_entry`, whose LLVM type is `void (ptr)`.
-    let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(address) };
-    Ok((
-        Kernel {
-            engine: ManuallyDrop::new(engine),
-            context: ManuallyDrop::new(context),
-            entry,
-        },
-        timings,
-    ))
+    // SAFETY: `address` is the linked `fxmlir_entry`, whose LLVM type is `void (ptr)`; the code
+    // lives as long as `jit`, which the returned Kernel owns.
+    let entry: EntryFn = unsafe { std::mem::transmute::<usize, EntryFn>(address as usize) };
+    Ok(Kernel { _jit: jit, entry })
+}
+
+/// ORC's definition generator for a kernel's JITDylib: every symbol the object needs and does
+/// not define is looked up with [`abi::resolve`] and defined as an absolute symbol. A symbol it
+/// cannot resolve stays undefined, so the link fails with ORC's "symbols not found" error.
+extern "C" fn define_externals(
+    _generator: LLVMOrcDefinitionGeneratorRef,
+    _context: *mut c_void,
+    _state: *mut LLVMOrcLookupStateRef,
+    _kind: LLVMOrcLookupKind,
+    dylib: LLVMOrcJITDylibRef,
+    _flags: LLVMOrcJITDylibLookupFlags,
+    names: LLVMOrcCLookupSet,
+    count: usize,
+) -> LLVMErrorRef {
+    let mut symbols = Vec::new();
+    for i in 0..count {
+        // SAFETY: ORC passes `count` valid lookup-set elements whose names are live pool
+        // entries; the returned C string lives as long as the entry.
+        let (entry, name) = unsafe {
+            let entry = (*names.add(i)).Name;
+            (
+                entry,
+                CStr::from_ptr(LLVMOrcSymbolStringPoolEntryStr(entry)),
+            )
+        };
+        let Some(address) = name.to_str().ok().and_then(abi::resolve) else {
+            continue;
+        };
+        // SAFETY: LLVMOrcAbsoluteSymbols takes ownership of one reference to each name.
+        unsafe { LLVMOrcRetainSymbolStringPoolEntry(entry) };
+        symbols.push(LLVMOrcCSymbolMapPair {
+            Name: entry,
+            Sym: LLVMJITEvaluatedSymbol {
+                Address: address as u64,
+                Flags: LLVMJITSymbolFlags {
+                    GenericFlags: LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported
+                        as u8
+                        | LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsCallable as u8,
+                    TargetFlags: 0,
+                },
+            },
+        });
+    }
+    if symbols.is_empty() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `symbols` holds retained names and addresses; the unit takes them over. Defining
+    // it in `dylib` (the JITDylib being searched) transfers the unit on success; on failure it
+    // stays ours to dispose of, and the error goes back to ORC.
+    unsafe {
+        let unit = LLVMOrcAbsoluteSymbols(symbols.as_mut_ptr(), symbols.len());
+        let err = LLVMOrcJITDylibDefine(dylib, unit);
+        if !err.is_null() {
+            LLVMOrcDisposeMaterializationUnit(unit);
+        }
+        err
+    }
+}
+
+/// The generator keeps no state.
+extern "C" fn dispose_generator(_context: *mut c_void) {}
+
+/// Errors ORC reports outside a lookup (a lookup returns its own failure to [`load`]).
+extern "C" fn report_session_error(_context: *mut c_void, err: LLVMErrorRef) {
+    // SAFETY: ORC hands the reporter ownership of a live error.
+    if let Err(e) = unsafe { take_error(err) } {
+        tracing::debug!("ORC: {e}");
+    }
 }
 
 /// Adds `void fxmlir_entry(ptr argv)` calling `_mlir_ciface_<name>(argv[0], …, argv[n-1])`.

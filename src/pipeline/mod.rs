@@ -5,6 +5,7 @@
 //! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
 //! replays with stock `mlir-opt`), after them it erases the script.
 
+pub mod parallel;
 pub mod schedule;
 
 use crate::error::{Error, Result};
@@ -36,6 +37,20 @@ pub enum Hook {
     /// passes fail, the stage is skipped (the module keeps the scalar path) with a warning and
     /// a reproducer, rather than failing the compile.
     Schedule,
+    /// [`parallel::attach`] before the passes, [`schedule::detach`] after them; skipped on
+    /// failure like [`Hook::Schedule`] (the module stays single-threaded).
+    Parallel,
+}
+
+impl Hook {
+    /// Appends the stage's transform script; returns how many ops it transforms.
+    fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
+        match self {
+            Hook::None => Ok(0),
+            Hook::Schedule => schedule::attach(context, module, threads),
+            Hook::Parallel => parallel::attach(context, module, threads),
+        }
+    }
 }
 
 /// Fuse elementwise producers into consumers on tensors, then make each graph output's producer
@@ -58,6 +73,14 @@ const SCHEDULE: Stage = Stage {
     hook: Hook::Schedule,
 };
 
+/// Split each large top-level structured op into one chunk per thread with the transform
+/// script [`parallel::attach`] generates (`scf.forall` loops, which `loops` hands to OpenMP).
+const PARALLEL: Stage = Stage {
+    name: "parallel",
+    pipeline: "builtin.module(transform-interpreter,canonicalize,cse)",
+    hook: Hook::Parallel,
+};
+
 /// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
 /// are computed in place; the others are copied into the caller's memrefs.
 const BUFFERIZE: Stage = Stage {
@@ -67,10 +90,12 @@ const BUFFERIZE: Stage = Stage {
 };
 
 /// Structured ops to loop nests over memrefs. Vector transfers are unrolled to 1-D (the LLVM
-/// lowering handles no more) before scf becomes cf.
+/// lowering handles no more). The thread chunks of the `parallel` stage become OpenMP
+/// worksharing loops (canonicalize then inlines the `memref.alloca_scope` that conversion
+/// wraps their bodies in) before scf becomes cf.
 const LOOPS: Stage = Stage {
     name: "loops",
-    pipeline: "builtin.module(func.func(convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
+    pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize,expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
     hook: Hook::None,
 };
 
@@ -79,7 +104,7 @@ const LOOPS: Stage = Stage {
 /// `vector.contract` becomes outer products (broadcast-FMA).
 const LLVM: Stage = Stage {
     name: "llvm",
-    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
     hook: Hook::None,
 };
 
@@ -88,9 +113,13 @@ const LLVM: Stage = Stage {
 /// them) and fuse elementwise producers into their k loops, recomputing them per k step, and
 /// the schedule would no longer recognise the products.
 pub const PIPELINES: &[(&str, &[Stage])] = &[
-    ("default", &[SCHEDULE, FUSION, BUFFERIZE, LOOPS, LLVM]),
+    (
+        "default",
+        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, LOOPS, LLVM],
+    ),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
+    ("parallel", &[PARALLEL]),
     ("bufferize", &[BUFFERIZE]),
     ("loops", &[LOOPS]),
     ("llvm", &[LLVM]),
@@ -218,13 +247,15 @@ pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str)
 }
 
 /// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).
-/// Returns the time spent in each stage.
+/// `threads` is how many chunks the `parallel` stage cuts large ops into. Returns the time
+/// spent in each stage.
 pub fn run_stages<'c>(
     context: &'c Context,
     module: &mut Module<'c>,
     stages: &[Stage],
     dumps: Option<&Dumps>,
     first: usize,
+    threads: usize,
 ) -> Result<Vec<(String, Duration)>> {
     let mut timings = Vec::new();
     for (i, stage) in stages.iter().enumerate() {
@@ -232,15 +263,15 @@ pub fn run_stages<'c>(
         let _guard = span.enter();
         let number = first + i;
         let start = Instant::now();
-        // A schedule that cannot be built is skipped like one that fails (see below).
+        // A transform script that cannot be built is skipped like one that fails (see below).
         let mut skip = false;
-        if stage.hook == Hook::Schedule {
-            match schedule::attach(context, module) {
-                Ok(scheduled) => tracing::debug!(contractions = scheduled, "schedule attached"),
+        if stage.hook != Hook::None {
+            match stage.hook.attach(context, module, threads) {
+                Ok(count) => tracing::debug!(stage = stage.name, ops = count, "script attached"),
                 Err(e) => {
                     tracing::warn!(
                         stage = stage.name,
-                        "cannot build the transform schedule; matrix products keep the scalar path: {e}"
+                        "cannot build the transform script; the stage is skipped: {e}"
                     );
                     schedule::detach(module);
                     skip = true;
@@ -249,7 +280,7 @@ pub fn run_stages<'c>(
         }
         // The input of the stage, for a reproducer should it fail.
         let before = print_module(module);
-        if let (Some(d), Hook::Schedule, false) = (dumps, stage.hook, skip) {
+        if let (Some(d), false, false) = (dumps, stage.hook == Hook::None, skip) {
             d.write(&transform_dump_suffix(number, stage), &before)?;
         }
         let result = if skip {
@@ -258,18 +289,8 @@ pub fn run_stages<'c>(
             run_pipeline_text(context, module, stage.pipeline)
         };
         match (result, stage.hook) {
-            (Ok(()), Hook::Schedule) => schedule::detach(module),
             (Ok(()), Hook::None) => {}
-            (Err(Error::Pipeline { diagnostics, .. }), Hook::Schedule) => {
-                // The schedule is an optimisation: keep the scalar path rather than fail.
-                let reproducer = write_reproducer(&before, stage, dumps)?;
-                tracing::warn!(
-                    stage = stage.name,
-                    "the transform schedule failed; matrix products keep the scalar path:\n{diagnostics}{reproducer}"
-                );
-                *module = reparse(context, &before)?;
-                schedule::detach(module);
-            }
+            (Ok(()), _) => schedule::detach(module),
             (Err(Error::Pipeline { diagnostics, .. }), Hook::None) => {
                 let reproducer = write_reproducer(&before, stage, dumps)?;
                 return Err(Error::Pipeline {
@@ -277,6 +298,17 @@ pub fn run_stages<'c>(
                     diagnostics,
                     reproducer,
                 });
+            }
+            (Err(Error::Pipeline { diagnostics, .. }), _) => {
+                // Transform scripts are optimisations: keep the untransformed module rather
+                // than fail.
+                let reproducer = write_reproducer(&before, stage, dumps)?;
+                tracing::warn!(
+                    stage = stage.name,
+                    "the transform script failed; the stage is skipped:\n{diagnostics}{reproducer}"
+                );
+                *module = reparse(context, stage, &before)?;
+                schedule::detach(module);
             }
             (Err(e), _) => return Err(e),
         }
@@ -297,17 +329,17 @@ pub fn run_stages<'c>(
     Ok(timings)
 }
 
-/// The dump of a schedule stage's input, transform script included:
+/// The dump of a transform stage's input, transform script included:
 /// `NN-<stage>.transform.mlir`.
 pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
     format!("{number:02}-{}.transform.mlir", stage.name)
 }
 
 /// Parses a module this process printed (a stage input kept for recovery).
-fn reparse<'c>(context: &'c Context, text: &str) -> Result<Module<'c>> {
+fn reparse<'c>(context: &'c Context, stage: &Stage, text: &str) -> Result<Module<'c>> {
     let diagnostics = Diagnostics::capture(context);
     Module::parse(context, text).ok_or_else(|| Error::Pipeline {
-        stage: "schedule".to_string(),
+        stage: stage.name.to_string(),
         diagnostics: format!(
             "cannot restore the stage input after a failure:\n{}",
             diagnostics.take()

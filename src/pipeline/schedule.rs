@@ -249,11 +249,69 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
     }
 }
 
+/// Multiply-adds below which a product stays on one thread (starting a parallel region costs
+/// a few microseconds).
+pub const PARALLEL_MIN_WORK: i64 = 1 << 18;
+
+/// A product cut into one equal chunk per thread: `tile_using_forall` sizes over its parallel
+/// loops (`[batch,] m, n`), and the problem each chunk solves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunks {
+    pub sizes: Vec<i64>,
+    pub chunk: Problem,
+}
+
+/// How to cut `p` across `threads`: the batch when it divides evenly; else the columns when
+/// the right operand is the larger one (each thread then streams only its share of it), else
+/// the rows; a dimension is only cut into whole vectors (columns) or at least eight rows.
+/// `None` for one thread, small products and shapes no such cut fits.
+pub fn chunks(p: &Problem, threads: i64, target: Target) -> Option<Chunks> {
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
+    if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < PARALLEL_MIN_WORK {
+        return None;
+    }
+    let lead = usize::from(p.batch.is_some());
+    let cut = |dim: usize, size: i64, chunk: Problem| {
+        let mut sizes = vec![0; lead + 2];
+        sizes[dim] = size;
+        Some(Chunks { sizes, chunk })
+    };
+    if let Some(b) = p.batch
+        && b % threads == 0
+    {
+        return cut(
+            0,
+            b / threads,
+            Problem {
+                batch: Some(b / threads),
+                ..*p
+            },
+        );
+    }
+    let lanes = (target.vector_bytes / p.element.bytes()).max(1);
+    let by_columns = (p.n % threads == 0 && (p.n / threads) % lanes == 0).then(|| {
+        let n = p.n / threads;
+        cut(lead + 1, n, Problem { n, ..*p })
+    });
+    let by_rows = (p.m % threads == 0 && p.m / threads >= 8).then(|| {
+        let m = p.m / threads;
+        cut(lead, m, Problem { m, ..*p })
+    });
+    if p.n >= p.m {
+        by_columns.or(by_rows).flatten()
+    } else {
+        by_rows.or(by_columns).flatten()
+    }
+}
+
 /// A contraction the schedule will handle, found in the module.
 #[derive(Debug, Clone)]
 struct Planned {
     op: usize,
+    /// The whole product; `tiles` are chosen for one chunk of it when it is split.
     problem: Problem,
+    /// The cut across threads, if any.
+    chunks: Option<Chunks>,
     tiles: Tiles,
     /// The elementwise consumer fused into the tile loop.
     epilogue: Option<usize>,
@@ -295,7 +353,7 @@ struct OpInfo {
 }
 
 /// Static shape and element type of a ranked tensor value.
-fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
+pub(super) fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
     let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
     if !tensor.has_static_shape() {
         return None;
@@ -479,7 +537,7 @@ fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
 }
 
 /// Finds the contractions to schedule and their tiles and epilogues.
-fn plan(module: &Module, target: Target) -> Vec<Planned> {
+fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
     let (order, ops) = analyse(module);
     // value -> (user op, operand index) for every use.
     let mut uses: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
@@ -498,7 +556,8 @@ fn plan(module: &Module, target: Target) -> Vec<Planned> {
         let Some(problem) = info.problem else {
             continue;
         };
-        let tiles = choose(&problem, target);
+        let chunks = chunks(&problem, threads, target);
+        let tiles = choose(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
         let fill_init = info
             .operands
             .get(2)
@@ -533,6 +592,7 @@ fn plan(module: &Module, target: Target) -> Vec<Planned> {
         planned.push(Planned {
             op: key,
             problem,
+            chunks,
             tiles,
             epilogue,
             fill_init,
@@ -542,7 +602,7 @@ fn plan(module: &Module, target: Target) -> Vec<Planned> {
     planned
 }
 
-const ANY: &str = "!transform.any_op";
+pub(super) const ANY: &str = "!transform.any_op";
 
 fn list(values: &[i64]) -> String {
     let items: Vec<String> = values.iter().map(i64::to_string).collect();
@@ -569,9 +629,13 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         })
     };
     let why = format!(
-        "{} {shape} {}: tile {}x{}, k step {}, k block {}{}{}{}{}",
+        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}",
         if batched { "batch_matmul" } else { "matmul" },
         p.problem.element.name(),
+        p.chunks.as_ref().map_or(String::new(), |c| format!(
+            "thread chunks {}, ",
+            list(&c.sizes)
+        )),
         t.mr,
         t.nr,
         t.ku,
@@ -588,10 +652,13 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
             (false, false) => "",
         }
     );
-    writeln!(
-        out,
-        "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
-    )?;
+    match &p.chunks {
+        None => writeln!(
+            out,
+            "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
+        )?,
+        Some(chunks) => emit_chunks(out, id, p, chunks, &why)?,
+    }
     let (m_dim, n_dim) = if batched { (1, 2) } else { (0, 1) };
     // Sizes over the contraction's loops (batch, m, n, k): a leading 1 tiles the batch.
     let lead: &[i64] = if batched { &[1] } else { &[] };
@@ -617,7 +684,8 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         main = head;
         column_parts.push((rest, s.rest, None));
     }
-    let main_columns = t.n_split.map_or(p.problem.n, |s| s.at);
+    let columns = p.chunks.as_ref().map_or(p.problem.n, |c| c.chunk.n);
+    let main_columns = t.n_split.map_or(columns, |s| s.at);
     match t.nc {
         Some(b) if b.covers < main_columns => {
             let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, b.covers)?;
@@ -665,6 +733,51 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                 emit_vectorize(out, &part, &outer, &[format!("%kl{part}")])?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Cuts the product (through its epilogue, when it has one) into one `scf.forall` chunk per
+/// thread, pulling the product and its fill into the chunk loop, and binds `%c<id>` to the
+/// product inside it, which the rest of the schedule tiles like a whole product.
+fn emit_chunks(
+    out: &mut String,
+    id: usize,
+    p: &Planned,
+    chunks: &Chunks,
+    why: &str,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %a{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
+    )?;
+    if p.fill_init {
+        writeln!(
+            out,
+            "    %af{id} = transform.get_producer_of_operand %a{id}[2] : ({ANY}) -> {ANY}"
+        )?;
+    }
+    let sizes = list(&chunks.sizes);
+    let containing = if p.epilogue.is_some() {
+        writeln!(
+            out,
+            "    %ae{id} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY}
+    %we{id}, %w{id} = transform.structured.tile_using_forall %ae{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})
+    %c{id}, %wc{id} = transform.structured.fuse_into_containing_op %a{id} into %w{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
+        format!("%wc{id}")
+    } else {
+        writeln!(
+            out,
+            "    %c{id}, %w{id} = transform.structured.tile_using_forall %a{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})"
+        )?;
+        format!("%w{id}")
+    };
+    if p.fill_init {
+        writeln!(
+            out,
+            "    %wf{id}, %wfl{id} = transform.structured.fuse_into_containing_op %af{id} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
     }
     Ok(())
 }
@@ -823,43 +936,26 @@ fn emit_vectorize(
 
 /// The whole schedule as a module holding `@__transform_main`.
 fn emit(planned: &[Planned]) -> Result<String> {
-    let mut out = String::new();
-    let fmt = |_| Error::PassPipeline {
-        pipeline: "schedule".to_string(),
-        message: "cannot format the transform schedule".to_string(),
-    };
-    writeln!(
-        out,
-        "module attributes {{{WITH_NAMED_SEQUENCE}}} {{\n  transform.named_sequence @{ENTRY}(%root: {ANY} {{transform.readonly}}) {{"
+    let mut body = String::new();
+    for (id, p) in planned.iter().enumerate() {
+        emit_one(&mut body, id, p).map_err(|_| Error::PassPipeline {
+            pipeline: "schedule".to_string(),
+            message: "cannot format the transform schedule".to_string(),
+        })?;
+    }
+    Ok(script(&body))
+}
+
+/// A transform script: a module holding `@__transform_main` whose body is `body`.
+pub(super) fn script(body: &str) -> String {
+    format!(
+        "module attributes {{{WITH_NAMED_SEQUENCE}}} {{\n  transform.named_sequence @{ENTRY}(%root: {ANY} {{transform.readonly}}) {{\n{body}    transform.yield\n  }}\n}}\n"
     )
-    .map_err(fmt)?;
-    for (id, p) in planned.iter().enumerate() {
-        emit_one(&mut out, id, p).map_err(fmt)?;
-    }
-    writeln!(out, "    transform.yield\n  }}\n}}").map_err(fmt)?;
-    Ok(out)
 }
 
-/// Tags the contractions of `module` (and their fused epilogues) and appends the transform
-/// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
-/// that already has a `@__transform_main` is left alone.
-pub fn attach(context: &Context, module: &mut Module) -> Result<usize> {
-    attach_for(context, module, Target::host())
-}
-
-/// [`attach`] for an explicit vector unit.
-pub fn attach_for(context: &Context, module: &mut Module, target: Target) -> Result<usize> {
-    if has_entry(module) {
-        return Ok(0);
-    }
-    let planned = plan(module, target);
-    let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
-    for (id, p) in planned.iter().enumerate() {
-        tags.insert(p.op, (CONTRACTION_TAG, id as i64));
-        if let Some(e) = p.epilogue {
-            tags.insert(e, (EPILOGUE_TAG, id as i64));
-        }
-    }
+/// Sets a discardable `i64` attribute on operations, found by raw pointer: `tags` maps an
+/// operation to its attribute name and value.
+pub(super) fn tag(module: &mut Module, tags: &HashMap<usize, (&str, i64)>) {
     module
         .as_operation_mut()
         .walk_mut(WalkOrder::PreOrder, |mut op| {
@@ -872,35 +968,74 @@ pub fn attach_for(context: &Context, module: &mut Module, target: Target) -> Res
             }
             WalkResult::Advance
         });
-    let text = emit(&planned)?;
+}
+
+/// Tags the contractions of `module` (and their fused epilogues) and appends the transform
+/// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
+/// that already has a `@__transform_main` is left alone.
+pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
+    attach_for(context, module, Target::host(), threads)
+}
+
+/// [`attach`] for an explicit vector unit.
+pub fn attach_for(
+    context: &Context,
+    module: &mut Module,
+    target: Target,
+    threads: usize,
+) -> Result<usize> {
+    if has_entry(module) {
+        return Ok(0);
+    }
+    let planned = plan(module, target, threads as i64);
+    let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
+    for (id, p) in planned.iter().enumerate() {
+        tags.insert(p.op, (CONTRACTION_TAG, id as i64));
+        if let Some(e) = p.epilogue {
+            tags.insert(e, (EPILOGUE_TAG, id as i64));
+        }
+    }
+    tag(module, &tags);
+    append_script(context, module, &emit(&planned)?, "schedule")?;
+    Ok(planned.len())
+}
+
+/// Parses a generated transform script (a module holding `@__transform_main`) and appends its
+/// entry point to `module`, for the `transform-interpreter` run of `stage`.
+pub(super) fn append_script(
+    context: &Context,
+    module: &mut Module,
+    text: &str,
+    stage: &str,
+) -> Result<()> {
     let diagnostics = super::Diagnostics::capture(context);
-    let schedule = Module::parse(context, &text).ok_or_else(|| Error::Pipeline {
-        stage: "schedule".to_string(),
+    let script = Module::parse(context, text).ok_or_else(|| Error::Pipeline {
+        stage: stage.to_string(),
         diagnostics: format!(
-            "the generated transform schedule does not parse:\n{}\n{text}",
+            "the generated transform script does not parse:\n{}\n{text}",
             diagnostics.take()
         ),
         reproducer: String::new(),
     })?;
     drop(diagnostics);
-    let sequence = schedule
+    let sequence = script
         .body()
         .first_operation()
         .ok_or_else(|| Error::Pipeline {
-            stage: "schedule".to_string(),
-            diagnostics: "the generated transform schedule is empty".to_string(),
+            stage: stage.to_string(),
+            diagnostics: "the generated transform script is empty".to_string(),
             reproducer: String::new(),
         })?;
-    // An owned copy in the payload module; the parsed schedule module is dropped.
+    // An owned copy in the payload module; the parsed script module is dropped.
     let sequence: melior::ir::Operation = (*sequence).clone();
     module.body().append_operation(sequence);
     module
         .as_operation_mut()
         .set_attribute(WITH_NAMED_SEQUENCE, Attribute::unit(context));
-    Ok(planned.len())
+    Ok(())
 }
 
-fn has_entry(module: &Module) -> bool {
+pub(super) fn has_entry(module: &Module) -> bool {
     let mut next = module.body().first_operation();
     while let Some(op) = next {
         if is_entry(&op) {
@@ -918,7 +1053,8 @@ fn is_entry<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
             .is_ok_and(|a| a.to_string() == format!("\"{ENTRY}\""))
 }
 
-/// Erases the schedule, the module attribute and the tags that [`attach`] added.
+/// Erases the transform script, the module attribute and the tags that [`attach`] or
+/// [`super::parallel::attach`] added.
 pub fn detach(module: &mut Module) {
     loop {
         let mut found = None;
@@ -942,7 +1078,7 @@ pub fn detach(module: &mut Module) {
         let _ = root.remove_attribute(WITH_NAMED_SEQUENCE);
     }
     root.walk_mut(WalkOrder::PreOrder, |mut op| {
-        for tag in [CONTRACTION_TAG, EPILOGUE_TAG] {
+        for tag in [CONTRACTION_TAG, EPILOGUE_TAG, super::parallel::TAG] {
             if op.has_attribute(tag) {
                 let _ = op.remove_discardable_attribute(tag);
             }
@@ -1006,6 +1142,33 @@ mod tests {
         assert!(is_broadcast_map("affine_map<(d0, d1) -> ()>", 2));
         assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d1, d0)>", 2));
         assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d0 + d1)>", 2));
+    }
+
+    #[test]
+    fn products_are_cut_into_thread_chunks() {
+        let t = Target::AVX512;
+        // Wide right operand: columns, whole vectors per thread.
+        let c = chunks(&problem(64, 512, 512, Element::F32), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![0, 256]);
+        assert_eq!((c.chunk.m, c.chunk.n, c.chunk.k), (64, 256, 512));
+        // Tall product (an im2col convolution): rows.
+        let c = chunks(&problem(4096, 576, 64, Element::F32), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![2048, 0]);
+        // Columns that no whole vector per thread divides fall back to rows.
+        let c = chunks(&problem(64, 256, 1000, Element::F32), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![32, 0]);
+        // A batch that divides evenly is cut first.
+        let batched = Problem {
+            batch: Some(8),
+            ..problem(128, 64, 128, Element::F32)
+        };
+        let c = chunks(&batched, 4, t).unwrap();
+        assert_eq!(c.sizes, vec![2, 0, 0]);
+        assert_eq!(c.chunk.batch, Some(2));
+        // One thread, small products and shapes with no even cut stay whole.
+        assert_eq!(chunks(&problem(64, 512, 512, Element::F32), 1, t), None);
+        assert_eq!(chunks(&problem(16, 16, 16, Element::F32), 2, t), None);
+        assert_eq!(chunks(&problem(7, 4096, 1000, Element::F32), 2, t), None);
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! Compiled graphs and their call path: one entry point, one memref descriptor per input and
-//! output, data pointers patched in per call (zero copy; the caller owns every buffer).
+//! output, data pointers patched in per call (zero copy; the caller owns every buffer). Kernels
+//! come from the compile cache ([`cache`]) when an identical graph was compiled before.
+
+pub mod cache;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
 use crate::pipeline::{self, Dumps};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to compile.
@@ -13,8 +17,14 @@ use std::time::{Duration, Instant};
 pub struct Options {
     /// A named pipeline from [`pipeline::PIPELINES`].
     pub pipeline: String,
-    /// Write the interchange file, every stage's MLIR and the LLVM IR here.
+    /// Write the interchange file, every stage's MLIR and the LLVM IR here. Kernels are then
+    /// always compiled (never taken from a cache), so that every stage is dumped.
     pub dump_dir: Option<PathBuf>,
+    /// The on-disk compile cache; `None` keeps kernels in this process only.
+    pub cache_dir: Option<PathBuf>,
+    /// Threads the kernel splits its large loops across (torch's intra-op thread count);
+    /// 1 keeps it single-threaded.
+    pub threads: usize,
 }
 
 impl Default for Options {
@@ -22,6 +32,44 @@ impl Default for Options {
         Options {
             pipeline: "default".to_string(),
             dump_dir: None,
+            cache_dir: None,
+            threads: 1,
+        }
+    }
+}
+
+impl Options {
+    /// The options that change the generated code, as one line of the cache key. Every field
+    /// is named here, so a new one does not compile until it is either added or marked as not
+    /// affecting code.
+    pub fn fingerprint(&self) -> String {
+        let Options {
+            pipeline,
+            dump_dir: _,
+            cache_dir: _,
+            threads,
+        } = self;
+        format!("pipeline={pipeline:?} threads={threads}")
+    }
+}
+
+/// Where a compiled graph's kernel came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Lowered, optimised and compiled now.
+    Compiled,
+    /// The kernel of an identical graph compiled earlier in this process.
+    Memory,
+    /// Loaded from the on-disk compile cache.
+    Disk,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Compiled => "compiled",
+            Source::Memory => "memory",
+            Source::Disk => "disk",
         }
     }
 }
@@ -35,15 +83,110 @@ pub struct CompiledGraph {
     pub outputs: Vec<TensorMeta>,
     pub timings: Timings,
     pub dumped: Vec<PathBuf>,
-    kernel: Kernel,
+    pub source: Source,
+    /// Compile cache problems met on the way (a damaged entry, an unwritable directory); none
+    /// of them failed the compile.
+    pub warnings: Vec<String>,
+    kernel: Arc<Kernel>,
     descriptors: Descriptors,
 }
 
-/// Lowers, optimises and JIT-compiles a validated graph.
+/// A kernel for a validated graph: the one of an identical graph compiled earlier in this
+/// process, else the one in the disk cache, else a new one (lowered, optimised, JIT-compiled
+/// and stored in both caches). With a dump directory no cache is consulted, but both are
+/// filled.
 pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<CompiledGraph> {
     let span = tracing::info_span!("compile", graph = graph.name.as_str());
     let _guard = span.enter();
     let total = Instant::now();
+    let key = cache::Key::new(graph, options)?;
+    let reuse = options.dump_dir.is_none();
+    let mut timings = Timings::new();
+    let mut dumped = Vec::new();
+    let mut warnings = Vec::new();
+
+    let remembered = if reuse {
+        cache::memory_lookup(&key)
+    } else {
+        None
+    };
+    let (kernel, source) = if let Some(kernel) = remembered {
+        (kernel, Source::Memory)
+    } else {
+        let start = Instant::now();
+        let loaded = match &options.cache_dir {
+            Some(dir) if reuse => cache::disk_lookup(dir, &key, &mut warnings),
+            _ => None,
+        };
+        let (kernel, source) = match loaded {
+            Some(kernel) => {
+                timings.push(("cache-load".to_string(), start.elapsed()));
+                (kernel, Source::Disk)
+            }
+            None => {
+                let build = build(graph, json, options, &key, &mut warnings)?;
+                timings.extend(build.timings);
+                dumped = build.dumped;
+                (build.kernel, Source::Compiled)
+            }
+        };
+        let kernel = Arc::new(kernel);
+        cache::memory_insert(&key, kernel.clone());
+        (kernel, source)
+    };
+    timings.push(("total".to_string(), total.elapsed()));
+    for (stage, t) in &timings {
+        tracing::debug!(stage = stage.as_str(), ms = t.as_secs_f64() * 1e3, "timing");
+    }
+
+    let inputs: Vec<TensorMeta> = graph.inputs.iter().map(|i| i.meta.clone()).collect();
+    let outputs: Vec<TensorMeta> = graph
+        .outputs
+        .iter()
+        .map(|r| graph.meta(r).cloned())
+        .collect::<Option<_>>()
+        .ok_or_else(|| Error::InvalidGraph("an output has no metadata".to_string()))?;
+    let descriptors = Descriptors::new(
+        inputs
+            .iter()
+            .chain(&outputs)
+            .map(|m| (m.shape.as_slice(), m.strides.as_slice())),
+    );
+    tracing::info!(
+        graph = graph.name.as_str(),
+        source = source.as_str(),
+        ms = total.elapsed().as_secs_f64() * 1e3,
+        "kernel ready"
+    );
+    Ok(CompiledGraph {
+        name: graph.name.clone(),
+        inputs,
+        outputs,
+        timings,
+        dumped,
+        source,
+        warnings,
+        kernel,
+        descriptors,
+    })
+}
+
+/// A kernel compiled from scratch, with its stage timings and dump files.
+struct Build {
+    kernel: Kernel,
+    timings: Timings,
+    dumped: Vec<PathBuf>,
+}
+
+/// Lowers, runs the pipeline's stages, emits and links machine code, and stores the object in
+/// the disk cache (if there is one).
+fn build(
+    graph: &Graph,
+    json: Option<&str>,
+    options: &Options,
+    key: &cache::Key,
+    warnings: &mut Vec<String>,
+) -> Result<Build> {
     let dumps = options.dump_dir.as_ref().map(|dir| Dumps {
         dir: dir.clone(),
         graph: graph.name.clone(),
@@ -76,12 +219,13 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         stages,
         dumps.as_ref(),
         1,
+        options.threads,
     )?);
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
-            // Written unless the schedule could not be built.
+            // Written unless the transform script could not be built.
             let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
-            if stage.hook == pipeline::Hook::Schedule && transform.exists() {
+            if stage.hook != pipeline::Hook::None && transform.exists() {
                 dumped.push(transform);
             }
             dumped.push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
@@ -89,47 +233,26 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
     }
 
     let arg_count = graph.inputs.len() + graph.outputs.len();
-    let (kernel, jt) = {
-        let _s = tracing::debug_span!("jit").entered();
-        jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?
-    };
+    let _s = tracing::debug_span!("jit").entered();
+    let (object, jt) = jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?;
     if let Some(d) = &dumps {
         dumped.push(d.path("ll"));
     }
+    let start = Instant::now();
+    let kernel = jit::load(&object)?;
     timings.push(("translate".to_string(), jt.translate));
     timings.push(("llvm-opt".to_string(), jt.optimize));
-    timings.push(("codegen".to_string(), jt.codegen));
-    timings.push(("total".to_string(), total.elapsed()));
-    for (stage, t) in &timings {
-        tracing::debug!(stage = stage.as_str(), ms = t.as_secs_f64() * 1e3, "timing");
+    // Object emission and linking: `codegen` ends with callable machine code.
+    timings.push(("codegen".to_string(), jt.codegen + start.elapsed()));
+    if let Some(dir) = &options.cache_dir {
+        let start = Instant::now();
+        cache::store(dir, key, &object, warnings);
+        timings.push(("cache-store".to_string(), start.elapsed()));
     }
-
-    let inputs: Vec<TensorMeta> = graph.inputs.iter().map(|i| i.meta.clone()).collect();
-    let outputs: Vec<TensorMeta> = graph
-        .outputs
-        .iter()
-        .map(|r| graph.meta(r).cloned())
-        .collect::<Option<_>>()
-        .ok_or_else(|| Error::InvalidGraph("an output has no metadata".to_string()))?;
-    let descriptors = Descriptors::new(
-        inputs
-            .iter()
-            .chain(&outputs)
-            .map(|m| (m.shape.as_slice(), m.strides.as_slice())),
-    );
-    tracing::info!(
-        graph = graph.name.as_str(),
-        ms = total.elapsed().as_secs_f64() * 1e3,
-        "compiled"
-    );
-    Ok(CompiledGraph {
-        name: graph.name.clone(),
-        inputs,
-        outputs,
+    Ok(Build {
+        kernel,
         timings,
         dumped,
-        kernel,
-        descriptors,
     })
 }
 

@@ -1,0 +1,82 @@
+// RUN: fxmlir-opt --pipeline parallel --threads 2 --split-input-file %s | FileCheck %s --enable-var-scope
+// RUN: fxmlir-opt --pipeline parallel --threads 1 --split-input-file %s | FileCheck %s --check-prefix=ONE
+// RUN: fxmlir-opt --pipeline default --threads 2 --split-input-file %s | FileCheck %s --check-prefix=OMP
+
+// The parallel stage cuts the outermost parallel loop of each large top-level structured op into
+// one chunk per thread (scf.forall); the loops stage turns the chunks into an OpenMP
+// worksharing loop inside a parallel region, which the LLVM translation outlines.
+
+// A 512x1024 elementwise op: rows split in two halves of 256.
+// CHECK-LABEL: func.func @large_map(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<512x1024xf32>
+// CHECK:       %[[R:.*]] = scf.forall (%[[T:.*]]) in (2) shared_outs(%[[OUT:.*]] = %{{.*}}) -> (tensor<512x1024xf32>)
+// CHECK:         linalg.generic {{.*}} ins(%{{.*}} : tensor<256x1024xf32>) outs(%{{.*}} : tensor<256x1024xf32>)
+// CHECK:           math.exp
+// CHECK:         scf.forall.in_parallel
+// CHECK-NEXT:      tensor.parallel_insert_slice %{{.*}} into %[[OUT]][%{{.*}}, 0] [256, 1024] [1, 1]
+// CHECK:       bufferization.materialize_in_destination %[[R]]
+// CHECK-NOT:   fxmlir.parallel
+// ONE-LABEL: func.func @large_map(
+// ONE-NOT:   scf.forall
+// OMP-LABEL: llvm.func @large_map(
+// OMP:         omp.parallel
+// OMP:           omp.wsloop
+// OMP:             omp.loop_nest
+// OMP:               llvm.intr.exp
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @large_map(%arg0: memref<512x1024xf32>, %arg1: memref<512x1024xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<512x1024xf32> to tensor<512x1024xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<512x1024xf32> to tensor<512x1024xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<512x1024xf32>) outs(%1 : tensor<512x1024xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = math.exp %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<512x1024xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<512x1024xf32>, memref<512x1024xf32>) -> ()
+  return
+}
+
+// -----
+
+// A column sum over the leading (reduction) loop: the parallel column loop is split instead,
+// and the fill of the accumulator moves into the chunk loop, each thread filling its slice.
+// CHECK-LABEL: func.func @column_sum(
+// CHECK:       scf.forall (%{{.*}}) in (2) {{.*}} -> (tensor<4096xf32>)
+// CHECK:         %[[FILL:.*]] = linalg.fill {{.*}} -> tensor<2048xf32>
+// CHECK:         linalg.generic {{.*}} iterator_types = ["reduction", "parallel"]
+// CHECK-SAME:      ins(%{{.*}} : tensor<64x2048xf32>) outs(%[[FILL]] : tensor<2048xf32>)
+// CHECK-NOT:   scf.forall (
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#map1 = affine_map<(d0, d1) -> (d1)>
+func.func @column_sum(%arg0: memref<64x4096xf32>, %arg1: memref<4096xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<64x4096xf32> to tensor<64x4096xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<4096xf32> to tensor<4096xf32>
+  %2 = linalg.fill ins(%cst : f32) outs(%1 : tensor<4096xf32>) -> tensor<4096xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%0 : tensor<64x4096xf32>) outs(%2 : tensor<4096xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = arith.addf %out, %in : f32
+    linalg.yield %4 : f32
+  } -> tensor<4096xf32>
+  bufferization.materialize_in_destination %3 in writable %arg1 : (tensor<4096xf32>, memref<4096xf32>) -> ()
+  return
+}
+
+// -----
+
+// Below 32768 loop iterations an op stays on one thread.
+// CHECK-LABEL: func.func @small_map(
+// CHECK-NOT:   scf.forall (
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @small_map(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<64x64xf32> to tensor<64x64xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<64x64xf32> to tensor<64x64xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<64x64xf32>) outs(%1 : tensor<64x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = math.exp %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<64x64xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x64xf32>, memref<64x64xf32>) -> ()
+  return
+}

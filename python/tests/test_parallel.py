@@ -1,0 +1,76 @@
+"""Multi-threaded kernels: ops big enough to be split across torch's intra-op threads (one
+OpenMP chunk per thread) give eager's results, and follow torch.get_num_threads()."""
+
+import pathlib
+
+import fxmlir
+import pytest
+import torch
+import torch.nn.functional as F
+
+# f32 sums over a few hundred terms, accumulated in another order than eager's.
+ATOL = RTOL = 1e-4
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def _linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def _conv_pool(x, w):
+    return F.max_pool2d(F.relu(F.conv2d(x, w, padding=1)), 2)
+
+
+# Each case has at least one op of 32768 loop iterations or more, the split threshold.
+CASES = {
+    "broadcast_add_exp": (lambda x, b: torch.exp(x + b), [(512, 1024), (1024,)]),
+    "column_sum": (lambda x: x.sum(dim=0), [(256, 4096)]),
+    "row_mean": (lambda x: x.mean(dim=-1), [(4096, 256)]),
+    "softmax": (lambda x: torch.softmax(x, dim=-1), [(256, 1024)]),
+    "layer_norm": (_layer_norm, [(64, 128, 256), (256,), (256,)]),
+    "linear_gelu": (_linear_gelu, [(128, 512), (1024, 512), (1024,)]),
+    "batched_matmul": (lambda a, b: a @ b, [(8, 128, 64), (8, 64, 256)]),
+    "conv_pool": (_conv_pool, [(2, 8, 64, 64), (16, 8, 3, 3)]),
+    "transpose_copy": (lambda x: x.t().contiguous() * 2.0, [(512, 768)]),
+}
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_split_ops_match_eager(name, two_threads, tmp_path):
+    fn, shapes = CASES[name]
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = fn(*args)
+        with fxmlir.config.patch(dump_dir=str(tmp_path)):
+            actual = torch.compile(fn, backend="fxmlir")(*args)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
+    assert "__kmpc_fork_call" in llvm_ir, "no op was split across threads"
+
+
+def test_one_thread_compiles_serial_code(tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch._dynamo.reset()
+        x = torch.randn(512, 1024)
+        with fxmlir.config.patch(dump_dir=str(tmp_path)):
+            actual = torch.compile(lambda t: torch.tanh(t) * 3.0, backend="fxmlir")(x)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(actual, torch.tanh(x) * 3.0, atol=ATOL, rtol=RTOL)
+    llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
+    assert llvm_ir and "__kmpc_fork_call" not in llvm_ir

@@ -1,0 +1,340 @@
+//! The compile cache: kernels by key, in memory for the life of the process and as object files
+//! on disk for later processes. The key covers everything that determines the machine code —
+//! the graph's structure (not its names or source lines), fxmlir's version and sources, the
+//! code-affecting options, the LLVM version and the host CPU — so an entry is never stale, only
+//! unused. A disk entry that cannot be read or linked is reported and recompiled; a directory
+//! that cannot be written is reported once and the process compiles without storing.
+
+use super::Options;
+use crate::error::{Error, Result};
+use crate::graph::{Arg, Graph, TensorMeta, ValueRef};
+use crate::jit::{self, Kernel};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+/// Version of the entry layout; part of the key, so a change makes old entries unused.
+const FORMAT: u32 = 1;
+
+/// The identity of a kernel: `text` lists what it depends on, one item per line; `digest` is
+/// its SHA-256, which names the disk entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    pub text: String,
+    pub digest: String,
+}
+
+impl Key {
+    pub fn new(graph: &Graph, options: &Options) -> Result<Key> {
+        let host = jit::host()?;
+        let (major, minor, patch) = inkwell::support::get_llvm_version();
+        let text = format!(
+            "fxmlir-kernel {FORMAT}\n\
+             fxmlir {} {}\n\
+             graph {}\n\
+             options {}\n\
+             llvm {major}.{minor}.{patch}\n\
+             host {} {} {}\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("FXMLIR_SOURCE_HASH"),
+            structural_hash(graph)?,
+            options.fingerprint(),
+            host.triple,
+            host.cpu,
+            host.features,
+        );
+        let digest = hex(&Sha256::digest(text.as_bytes()));
+        Ok(Key { text, digest })
+    }
+}
+
+/// A hash of what a graph computes: its inputs', constants' and nodes' metadata, ops and
+/// arguments and its outputs, with every value named by position (`i0`, `c1`, `n2`) so that
+/// the graph's name, node names, argument names and source lines do not count.
+pub fn structural_hash(graph: &Graph) -> Result<String> {
+    #[derive(Serialize)]
+    struct Canonical<'g> {
+        version: u32,
+        inputs: Vec<&'g TensorMeta>,
+        constants: Vec<(&'g TensorMeta, &'g str)>,
+        nodes: Vec<(&'g str, Vec<Arg>, &'g [TensorMeta])>,
+        outputs: Vec<ValueRef>,
+    }
+    let mut positions: HashMap<&str, String> = HashMap::new();
+    let names = graph
+        .inputs
+        .iter()
+        .map(|i| ("i", i.name.as_str()))
+        .enumerate()
+        .chain(
+            graph
+                .constants
+                .iter()
+                .map(|c| ("c", c.name.as_str()))
+                .enumerate(),
+        )
+        .chain(
+            graph
+                .nodes
+                .iter()
+                .map(|n| ("n", n.name.as_str()))
+                .enumerate(),
+        );
+    for (i, (prefix, name)) in names {
+        positions.insert(name, format!("{prefix}{i}"));
+    }
+    let position = |r: &ValueRef| -> Result<ValueRef> {
+        let node = positions
+            .get(r.node.as_str())
+            .ok_or_else(|| Error::InvalidGraph(format!("`{}` is not defined", r.node)))?;
+        Ok(ValueRef {
+            node: node.clone(),
+            index: r.index,
+        })
+    };
+    fn canonical(arg: &Arg, position: &dyn Fn(&ValueRef) -> Result<ValueRef>) -> Result<Arg> {
+        Ok(match arg {
+            Arg::Ref(r) => Arg::Ref(position(r)?),
+            Arg::List(items) => Arg::List(
+                items
+                    .iter()
+                    .map(|a| canonical(a, position))
+                    .collect::<Result<_>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+    let form = Canonical {
+        version: graph.version,
+        inputs: graph.inputs.iter().map(|i| &i.meta).collect(),
+        constants: graph
+            .constants
+            .iter()
+            .map(|c| (&c.meta, c.data.as_str()))
+            .collect(),
+        nodes: graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let args = n
+                    .args
+                    .iter()
+                    .map(|a| canonical(a, &position))
+                    .collect::<Result<_>>()?;
+                Ok((n.target.as_str(), args, n.outputs.as_slice()))
+            })
+            .collect::<Result<_>>()?,
+        outputs: graph.outputs.iter().map(position).collect::<Result<_>>()?,
+    };
+    let mut hash = Sha256::new();
+    serde_json::to_writer(&mut hash, &form)?;
+    Ok(hex(&hash.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Kernels compiled or loaded by this process.
+static MEMORY: LazyLock<Mutex<HashMap<String, Arc<Kernel>>>> = LazyLock::new(Default::default);
+
+/// Cache directories a store failed in; each is reported once and not written again.
+static UNWRITABLE: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Default::default);
+
+pub fn memory_lookup(key: &Key) -> Option<Arc<Kernel>> {
+    MEMORY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key.digest)
+        .cloned()
+}
+
+pub fn memory_insert(key: &Key, kernel: Arc<Kernel>) {
+    MEMORY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key.digest.clone(), kernel);
+}
+
+/// Where the entry of `key` lives under a cache directory.
+pub fn entry_path(dir: &Path, key: &Key) -> PathBuf {
+    dir.join("kernels").join(format!("{}.kernel", key.digest))
+}
+
+/// The kernel stored under `dir` for `key`, linked. `None` when there is no entry, or (with a
+/// warning in `warnings`) when the entry cannot be read, is not this key's, is damaged or
+/// does not link.
+pub fn disk_lookup(dir: &Path, key: &Key, warnings: &mut Vec<String>) -> Option<Kernel> {
+    let path = entry_path(dir, key);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        // No entry, or no directory to hold one (the store reports that).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return None;
+        }
+        Err(e) => {
+            warn(warnings, unusable(&path, &e.to_string()));
+            return None;
+        }
+    };
+    let loaded =
+        decode(key, &bytes).and_then(|object| jit::load(object).map_err(|e| e.to_string()));
+    match loaded {
+        Ok(kernel) => Some(kernel),
+        Err(reason) => {
+            warn(warnings, unusable(&path, &reason));
+            None
+        }
+    }
+}
+
+fn unusable(path: &Path, reason: &str) -> String {
+    format!(
+        "ignoring the compile cache entry {} ({reason}); recompiling and overwriting it",
+        path.display()
+    )
+}
+
+/// Writes `object` as the entry of `key` under `dir`, atomically (a temporary file renamed into
+/// place), so that a concurrent reader sees the old entry, the new one, or none. A failure is
+/// reported (once per directory) in `warnings`.
+pub fn store(dir: &Path, key: &Key, object: &[u8], warnings: &mut Vec<String>) {
+    if UNWRITABLE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(dir)
+    {
+        return;
+    }
+    static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+    let path = entry_path(dir, key);
+    let temporary = path.with_extension(format!(
+        "{}.{}.tmp",
+        std::process::id(),
+        TEMPORARY.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(&encode(key, object))?;
+        drop(file);
+        std::fs::rename(&temporary, &path)
+    })();
+    if let Err(e) = written {
+        // Nothing to clean up when the temporary file was never created.
+        let _ = std::fs::remove_file(&temporary);
+        let first = UNWRITABLE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dir.to_path_buf());
+        if first {
+            warn(
+                warnings,
+                format!(
+                    "cannot write the compile cache under {} ({e}); compiling without it",
+                    dir.display()
+                ),
+            );
+        }
+    }
+}
+
+fn warn(warnings: &mut Vec<String>, message: String) {
+    tracing::warn!("{message}");
+    warnings.push(message);
+}
+
+/// An entry: the key's text (so that `head` shows what an entry is, and a loader checks it is
+/// the right one), `object <length> <sha256>`, an empty line, then the object file.
+fn encode(key: &Key, object: &[u8]) -> Vec<u8> {
+    let mut bytes = format!(
+        "{}object {} {}\n\n",
+        key.text,
+        object.len(),
+        hex(&Sha256::digest(object))
+    )
+    .into_bytes();
+    bytes.extend_from_slice(object);
+    bytes
+}
+
+/// The object in an entry of `key`, checked against its length and checksum.
+fn decode<'e>(key: &Key, entry: &'e [u8]) -> std::result::Result<&'e [u8], String> {
+    let rest = entry
+        .strip_prefix(key.text.as_bytes())
+        .ok_or("its header is not this kernel's key")?;
+    let end = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("its header is cut short")?;
+    let line = std::str::from_utf8(&rest[..end]).map_err(|_| "its header is not text")?;
+    let (length, checksum) = line
+        .strip_prefix("object ")
+        .and_then(|l| l.split_once(' '))
+        .ok_or("its header has no object line")?;
+    let object = rest[end + 1..]
+        .strip_prefix(b"\n")
+        .ok_or("its header is not terminated")?;
+    if length.parse::<usize>().ok() != Some(object.len()) {
+        return Err(format!(
+            "its object has {} bytes, the header says {length}",
+            object.len()
+        ));
+    }
+    if hex(&Sha256::digest(object)) != checksum {
+        return Err("its object does not match its checksum".to_string());
+    }
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        Key {
+            text: "fxmlir-kernel 1\ngraph abc\n".to_string(),
+            digest: "0".repeat(64),
+        }
+    }
+
+    #[test]
+    fn entries_round_trip() {
+        let object = b"\x7fELF\n\nbytes".to_vec();
+        assert_eq!(decode(&key(), &encode(&key(), &object)), Ok(&object[..]));
+    }
+
+    #[test]
+    fn damaged_entries_are_rejected() {
+        let entry = encode(&key(), b"object bytes");
+        let mut flipped = entry.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            decode(&key(), &flipped),
+            Err("its object does not match its checksum".to_string())
+        );
+        assert!(
+            decode(&key(), &entry[..entry.len() - 1])
+                .unwrap_err()
+                .contains("11 bytes, the header says 12")
+        );
+        let other = Key {
+            text: "fxmlir-kernel 1\ngraph abd\n".to_string(),
+            ..key()
+        };
+        assert_eq!(
+            decode(&other, &entry),
+            Err("its header is not this kernel's key".to_string())
+        );
+        assert!(decode(&key(), b"").is_err());
+    }
+}
