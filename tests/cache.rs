@@ -99,7 +99,7 @@ fn key_follows_structure_options_and_toolchain() {
 
     let host = fxmlir::jit::host().unwrap();
     let lines: Vec<&str> = base.text.lines().collect();
-    assert_eq!(lines[0], "fxmlir-kernel 1");
+    assert_eq!(lines[0], "fxmlir-kernel 2");
     assert!(lines[1].starts_with(concat!("fxmlir ", env!("CARGO_PKG_VERSION"), " ")));
     assert!(lines[2].starts_with("graph "));
     assert_eq!(lines[3], format!("options {}", options.fingerprint()));

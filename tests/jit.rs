@@ -190,3 +190,88 @@ fn unknown_pipeline_is_an_error() {
         .to_string();
     assert!(err.contains("no such named pipeline"), "{err}");
 }
+
+/// `tanh(... tanh(x @ w0) ... @ w{n-1})` with x `[256, 128]` and each w `[128, 128]`: `n`
+/// matrix products, each large enough to be split across threads.
+fn matmul_chain(name: &str, n: usize) -> fxmlir::Graph {
+    let mut inputs = vec![input("x", meta(&[256, 128], DType::Float32))];
+    let mut nodes = Vec::new();
+    let mut last = "x".to_string();
+    for i in 0..n {
+        inputs.push(input(&format!("w{i}"), meta(&[128, 128], DType::Float32)));
+        nodes.push(node(
+            &format!("mm{i}"),
+            "aten.mm.default",
+            vec![r(&last), r(&format!("w{i}"))],
+            vec![meta(&[256, 128], DType::Float32)],
+        ));
+        nodes.push(node(
+            &format!("tanh{i}"),
+            "aten.tanh.default",
+            vec![r(&format!("mm{i}"))],
+            vec![meta(&[256, 128], DType::Float32)],
+        ));
+        last = format!("tanh{i}");
+    }
+    graph(name, inputs, nodes, &[last.as_str()])
+}
+
+#[test]
+fn a_kernel_compiled_in_parts_matches_the_reference() {
+    const N: usize = 4;
+    let fill = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 97) as f32 / 97.0 - 0.5) * 0.2)
+            .collect()
+    };
+    let x = fill(256 * 128, 0);
+    let weights: Vec<Vec<f32>> = (0..N).map(|i| fill(128 * 128, i + 1)).collect();
+    let mut expected: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    for w in &weights {
+        let mut next = vec![0.0f64; 256 * 128];
+        for row in 0..256 {
+            for col in 0..128 {
+                let dot: f64 = (0..128)
+                    .map(|k| expected[row * 128 + k] * f64::from(w[k * 128 + col]))
+                    .sum();
+                next[row * 128 + col] = dot.tanh();
+            }
+        }
+        expected = next;
+    }
+
+    let dir = std::env::temp_dir().join(format!("fxmlir-parts-{}", std::process::id()));
+    let g = matmul_chain("parts", N);
+    let mut results = Vec::new();
+    for threads in [2, 1] {
+        let options = Options {
+            dump_dir: Some(dir.clone()),
+            threads,
+            ..Options::default()
+        };
+        let compiled = compile(&g, None, &options).expect("compiles");
+        let ir = std::fs::read_to_string(dir.join("parts.ll")).unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads == 2 && cores > 1 {
+            assert!(ir.contains("\n; part 1\n"), "the kernel was not split");
+        }
+        let mut buffers: Vec<Vec<f32>> = std::iter::once(x.clone())
+            .chain(weights.iter().cloned())
+            .chain(std::iter::once(vec![0.0f32; 256 * 128]))
+            .collect();
+        let pointers: Vec<usize> = buffers
+            .iter_mut()
+            .map(|b| b.as_mut_ptr() as usize)
+            .collect();
+        // SAFETY: each buffer matches the graph's metadata.
+        unsafe { compiled.call(&pointers).expect("runs") };
+        results.push(buffers.pop().unwrap());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    for (got, want) in results[0].iter().zip(&expected) {
+        assert!((f64::from(*got) - want).abs() < 1e-4, "{got} != {want}");
+    }
+    for (split, whole) in results[0].iter().zip(&results[1]) {
+        assert!((split - whole).abs() < 1e-5, "{split} != {whole}");
+    }
+}

@@ -1,11 +1,13 @@
 //! LLVM dialect → LLVM IR → host-tuned O2 → object code → ORC. The MLIR module is translated
 //! straight into an inkwell context (one LLVM serves melior and inkwell), every function gets the
 //! host's `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the host and
-//! the target machine emits a relocatable object: the artefact the compile cache stores.
-//! [`load`] links an object into an ORC LLJIT of its own, resolving external symbols through
-//! [`abi::resolve`], which ORC asks before its own search of the process.
+//! the target machine emits relocatable objects (one per part of a large module, compiled in
+//! parallel by [`split`]): the artefacts the compile cache stores. [`load`] links a kernel's
+//! objects into an ORC LLJIT of its own, resolving external symbols through [`abi::resolve`],
+//! which ORC asks before its own search of the process.
 
 mod abi;
+mod split;
 mod support;
 mod veclib;
 
@@ -18,8 +20,7 @@ use inkwell::{
     attributes::AttributeLoc,
     context::Context as LlvmContext,
     module::Module as LlvmModule,
-    passes::PassBuilderOptions,
-    targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine},
+    targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine},
 };
 use llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
 use llvm_sys::orc2::lljit::{
@@ -139,20 +140,21 @@ unsafe fn take_error(err: LLVMErrorRef) -> std::result::Result<(), String> {
 #[derive(Debug, Default, Clone)]
 pub struct JitTimings {
     pub translate: Duration,
+    /// Wall time until every part is optimised.
     pub optimize: Duration,
-    /// Machine code emission into an object file.
+    /// Wall time of the rest: machine code emission into object files.
     pub codegen: Duration,
 }
 
 /// Translates an LLVM-dialect module whose function `name` has the C interface, optimises it
-/// and emits a relocatable object for the host (load it with [`load`]). `arg_count` is the
-/// number of memref arguments.
+/// and emits relocatable objects for the host, one per part of a large module compiled in
+/// parallel (load them together with [`load`]). `arg_count` is the number of memref arguments.
 pub fn compile(
     module: &Module,
     name: &str,
     arg_count: usize,
     dumps: Option<&Dumps>,
-) -> Result<(Vec<u8>, JitTimings)> {
+) -> Result<(Vec<Vec<u8>>, JitTimings)> {
     let host = host()?;
     let mut timings = JitTimings::default();
     let ctx = LlvmContext::create();
@@ -194,33 +196,36 @@ pub fn compile(
         d.write("unoptimized.ll", &llvm.print_to_string().to_string())?;
     }
 
-    let start = Instant::now();
-    // O2, not O3: on fused linalg loop nests O3's extra unrolling and vectorisation cost 5-13x
-    // the optimisation and codegen time and measured no faster (often slower); matrix
-    // products arrive already vectorised by the schedule stage.
-    llvm.run_passes("default<O2>", &machine, PassBuilderOptions::create())
-        .map_err(|e| Error::Llvm(format!("optimisation failed: {e}")))?;
-    timings.optimize = start.elapsed();
+    let output = split::optimise(&llvm, host, dumps.is_some())?;
+    timings.optimize = output.optimize;
+    timings.codegen = output.codegen;
     if let Some(d) = dumps {
-        d.write("ll", &llvm.print_to_string().to_string())?;
+        d.write("ll", &joined_ir(&output.parts))?;
     }
-    llvm.verify()
-        .map_err(|e| Error::Llvm(format!("invalid LLVM IR: {e}")))?;
-
-    let start = Instant::now();
-    let object = machine
-        .write_to_memory_buffer(&llvm, FileType::Object)
-        .map_err(|e| Error::Llvm(format!("code generation failed: {e}")))?
-        .as_slice()
-        .to_vec();
-    timings.codegen = start.elapsed();
-    Ok((object, timings))
+    Ok((
+        output.parts.into_iter().map(|p| p.object).collect(),
+        timings,
+    ))
 }
 
-/// Links an object from [`compile`] (or the compile cache) into a fresh LLJIT and finds its
-/// entry point. External symbols resolve through [`abi::resolve`]; an object that does not
-/// parse, or references a symbol it cannot resolve, is an error, never a crash.
-pub fn load(object: &[u8]) -> Result<Kernel> {
+/// The optimised IR of a module's parts: as is for one part, else each part after a
+/// `; part N` line.
+fn joined_ir(parts: &[split::Part]) -> String {
+    match parts {
+        [one] => one.ir.clone().unwrap_or_default(),
+        _ => parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("; part {i}\n{}", p.ir.as_deref().unwrap_or_default()))
+            .collect(),
+    }
+}
+
+/// Links the objects of a kernel from [`compile`] (or the compile cache) into a fresh LLJIT,
+/// all in its one JITDylib so that calls between parts link, and finds the entry point.
+/// External symbols resolve through [`abi::resolve`]; an object that does not parse, or
+/// references a symbol it cannot resolve, is an error, never a crash.
+pub fn load<O: AsRef<[u8]>>(objects: &[O]) -> Result<Kernel> {
     host()?;
     let mut raw: LLVMOrcLLJITRef = std::ptr::null_mut();
     // SAFETY: a null builder asks for a default one; on success `raw` is an LLJIT we own.
@@ -229,8 +234,8 @@ pub fn load(object: &[u8]) -> Result<Kernel> {
     unsafe { take_error(err) }.map_err(|e| Error::Llvm(format!("cannot create the JIT: {e}")))?;
     let jit = Jit(raw);
     // SAFETY: `jit.0` is a live LLJIT. The main JITDylib belongs to it; it takes ownership of
-    // the generator (whose callback needs no context) and of the copied object buffer.
-    let err = unsafe {
+    // the generator (whose callback needs no context).
+    let dylib = unsafe {
         LLVMOrcExecutionSessionSetErrorReporter(
             LLVMOrcLLJITGetExecutionSession(jit.0),
             report_session_error,
@@ -245,16 +250,24 @@ pub fn load(object: &[u8]) -> Result<Kernel> {
                 dispose_generator,
             ),
         );
-        let buffer = llvm_sys::core::LLVMCreateMemoryBufferWithMemoryRangeCopy(
-            object.as_ptr().cast(),
-            object.len(),
-            c"fxmlir-kernel".as_ptr(),
-        );
-        LLVMOrcLLJITAddObjectFile(jit.0, dylib, buffer)
+        dylib
     };
-    // SAFETY: `err` is the live (or null) error just returned.
-    unsafe { take_error(err) }
-        .map_err(|e| Error::Llvm(format!("cannot add the object to the JIT: {e}")))?;
+    for object in objects {
+        let object = object.as_ref();
+        // SAFETY: `dylib` is the live LLJIT's main JITDylib; the JIT takes ownership of the
+        // copied object buffer.
+        let err = unsafe {
+            let buffer = llvm_sys::core::LLVMCreateMemoryBufferWithMemoryRangeCopy(
+                object.as_ptr().cast(),
+                object.len(),
+                c"fxmlir-kernel".as_ptr(),
+            );
+            LLVMOrcLLJITAddObjectFile(jit.0, dylib, buffer)
+        };
+        // SAFETY: `err` is the live (or null) error just returned.
+        unsafe { take_error(err) }
+            .map_err(|e| Error::Llvm(format!("cannot add an object to the JIT: {e}")))?;
+    }
     let entry_name = CString::new(ENTRY).map_err(|e| Error::Llvm(e.to_string()))?;
     let mut address = 0;
     // SAFETY: a lookup in a live LLJIT with a valid C string; it links the object (resolving

@@ -1,5 +1,5 @@
 //! The compile cache: kernels by key, in memory for the life of the process and as object files
-//! on disk for later processes. The key covers everything that determines the machine code —
+//! (one per part of a kernel compiled in parallel) on disk for later processes. The key covers everything that determines the machine code —
 //! the graph's structure (not its names or source lines), fxmlir's version and sources, the
 //! code-affecting options, the LLVM version and the host CPU — so an entry is never stale, only
 //! unused. A disk entry that cannot be read or linked is reported and recompiled; a directory
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 /// Version of the entry layout; part of the key, so a change makes old entries unused.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// The identity of a kernel: `text` lists what it depends on, one item per line; `digest` is
 /// its SHA-256, which names the disk entry.
@@ -187,7 +187,7 @@ pub fn disk_lookup(dir: &Path, key: &Key, warnings: &mut Vec<String>) -> Option<
         }
     };
     let loaded =
-        decode(key, &bytes).and_then(|object| jit::load(object).map_err(|e| e.to_string()));
+        decode(key, &bytes).and_then(|objects| jit::load(&objects).map_err(|e| e.to_string()));
     match loaded {
         Ok(kernel) => Some(kernel),
         Err(reason) => {
@@ -204,10 +204,10 @@ fn unusable(path: &Path, reason: &str) -> String {
     )
 }
 
-/// Writes `object` as the entry of `key` under `dir`, atomically (a temporary file renamed into
+/// Writes `objects` as the entry of `key` under `dir`, atomically (a temporary file renamed into
 /// place), so that a concurrent reader sees the old entry, the new one, or none. A failure is
 /// reported (once per directory) in `warnings`.
-pub fn store(dir: &Path, key: &Key, object: &[u8], warnings: &mut Vec<String>) {
+pub fn store(dir: &Path, key: &Key, objects: &[Vec<u8>], warnings: &mut Vec<String>) {
     if UNWRITABLE
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -225,7 +225,7 @@ pub fn store(dir: &Path, key: &Key, object: &[u8], warnings: &mut Vec<String>) {
     let written = (|| {
         std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
         let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(&encode(key, object))?;
+        file.write_all(&encode(key, objects))?;
         drop(file);
         std::fs::rename(&temporary, &path)
     })();
@@ -254,46 +254,75 @@ fn warn(warnings: &mut Vec<String>, message: String) {
 }
 
 /// An entry: the key's text (so that `head` shows what an entry is, and a loader checks it is
-/// the right one), `object <length> <sha256>`, an empty line, then the object file.
-fn encode(key: &Key, object: &[u8]) -> Vec<u8> {
-    let mut bytes = format!(
-        "{}object {} {}\n\n",
-        key.text,
-        object.len(),
-        hex(&Sha256::digest(object))
-    )
-    .into_bytes();
-    bytes.extend_from_slice(object);
+/// the right one), `objects <count>`, one `object <length> <sha256>` line per object, an empty
+/// line, then the object files one after the other.
+fn encode(key: &Key, objects: &[Vec<u8>]) -> Vec<u8> {
+    let mut header = format!("{}objects {}\n", key.text, objects.len());
+    for object in objects {
+        header.push_str(&format!(
+            "object {} {}\n",
+            object.len(),
+            hex(&Sha256::digest(object))
+        ));
+    }
+    header.push('\n');
+    let mut bytes = header.into_bytes();
+    for object in objects {
+        bytes.extend_from_slice(object);
+    }
     bytes
 }
 
-/// The object in an entry of `key`, checked against its length and checksum.
-fn decode<'e>(key: &Key, entry: &'e [u8]) -> std::result::Result<&'e [u8], String> {
-    let rest = entry
+/// The objects in an entry of `key`, each checked against its length and checksum.
+fn decode<'e>(key: &Key, entry: &'e [u8]) -> std::result::Result<Vec<&'e [u8]>, String> {
+    let mut rest = entry
         .strip_prefix(key.text.as_bytes())
         .ok_or("its header is not this kernel's key")?;
-    let end = rest
+    let mut line = || -> std::result::Result<&'e str, String> {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or("its header is cut short")?;
+        let line = std::str::from_utf8(&rest[..end]).map_err(|_| "its header is not text")?;
+        rest = &rest[end + 1..];
+        Ok(line)
+    };
+    let count = line()?
+        .strip_prefix("objects ")
+        .and_then(|n| n.parse::<usize>().ok())
+        .ok_or("its header has no object count")?;
+    let mut sizes = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let (length, checksum) = line()?
+            .strip_prefix("object ")
+            .and_then(|l| l.split_once(' '))
+            .and_then(|(n, sum)| Some((n.parse::<usize>().ok()?, sum)))
+            .ok_or("its header has a malformed object line")?;
+        sizes.push((length, checksum));
+    }
+    if !line()?.is_empty() {
+        return Err("its header is not terminated".to_string());
+    }
+    let expected = sizes
         .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("its header is cut short")?;
-    let line = std::str::from_utf8(&rest[..end]).map_err(|_| "its header is not text")?;
-    let (length, checksum) = line
-        .strip_prefix("object ")
-        .and_then(|l| l.split_once(' '))
-        .ok_or("its header has no object line")?;
-    let object = rest[end + 1..]
-        .strip_prefix(b"\n")
-        .ok_or("its header is not terminated")?;
-    if length.parse::<usize>().ok() != Some(object.len()) {
+        .try_fold(0usize, |sum, (n, _)| sum.checked_add(*n))
+        .ok_or("its header's object lengths overflow")?;
+    if expected != rest.len() {
         return Err(format!(
-            "its object has {} bytes, the header says {length}",
-            object.len()
+            "its objects have {} bytes, the header says {expected}",
+            rest.len()
         ));
     }
-    if hex(&Sha256::digest(object)) != checksum {
-        return Err("its object does not match its checksum".to_string());
+    let mut objects = Vec::with_capacity(sizes.len());
+    for (length, checksum) in sizes {
+        let (object, tail) = rest.split_at(length);
+        if hex(&Sha256::digest(object)) != checksum {
+            return Err("an object does not match its checksum".to_string());
+        }
+        objects.push(object);
+        rest = tail;
     }
-    Ok(object)
+    Ok(objects)
 }
 
 #[cfg(test)]
@@ -309,18 +338,23 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let object = b"\x7fELF\n\nbytes".to_vec();
-        assert_eq!(decode(&key(), &encode(&key(), &object)), Ok(&object[..]));
+        let objects = vec![
+            b"\x7fELF\n\nbytes".to_vec(),
+            Vec::new(),
+            b"\x7fELF two".to_vec(),
+        ];
+        let expected: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
+        assert_eq!(decode(&key(), &encode(&key(), &objects)), Ok(expected));
     }
 
     #[test]
     fn damaged_entries_are_rejected() {
-        let entry = encode(&key(), b"object bytes");
+        let entry = encode(&key(), &[b"object bytes".to_vec()]);
         let mut flipped = entry.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(
             decode(&key(), &flipped),
-            Err("its object does not match its checksum".to_string())
+            Err("an object does not match its checksum".to_string())
         );
         assert!(
             decode(&key(), &entry[..entry.len() - 1])
@@ -336,5 +370,7 @@ mod tests {
             Err("its header is not this kernel's key".to_string())
         );
         assert!(decode(&key(), b"").is_err());
+        let old = [key().text.as_bytes(), b"object 3 abc\n\nabc"].concat();
+        assert!(decode(&key(), &old).is_err());
     }
 }

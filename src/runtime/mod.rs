@@ -178,7 +178,7 @@ struct Build {
     dumped: Vec<PathBuf>,
 }
 
-/// Lowers, runs the pipeline's stages, emits and links machine code, and stores the object in
+/// Lowers, runs the pipeline's stages, emits and links machine code, and stores the objects in
 /// the disk cache (if there is one).
 fn build(
     graph: &Graph,
@@ -234,19 +234,20 @@ fn build(
 
     let arg_count = graph.inputs.len() + graph.outputs.len();
     let _s = tracing::debug_span!("jit").entered();
-    let (object, jt) = jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?;
+    let (objects, jt) = jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?;
     if let Some(d) = &dumps {
         dumped.push(d.path("ll"));
     }
     let start = Instant::now();
-    let kernel = jit::load(&object)?;
+    let kernel = jit::load(&objects)?;
     timings.push(("translate".to_string(), jt.translate));
+    // Wall times: a large module is optimised and compiled in parts, in parallel.
     timings.push(("llvm-opt".to_string(), jt.optimize));
     // Object emission and linking: `codegen` ends with callable machine code.
     timings.push(("codegen".to_string(), jt.codegen + start.elapsed()));
     if let Some(dir) = &options.cache_dir {
         let start = Instant::now();
-        cache::store(dir, key, &object, warnings);
+        cache::store(dir, key, &objects, warnings);
         timings.push(("cache-store".to_string(), start.elapsed()));
     }
     Ok(Build {

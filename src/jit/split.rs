@@ -1,0 +1,302 @@
+//! Parallel optimisation and code generation. A module's functions are independent units (the
+//! graph function, its C-interface wrapper, the entry point and one outlined OpenMP region per
+//! parallel op, reached only through `__kmpc_fork_call`), so a large module is cut into parts
+//! balanced by instruction count. Each part is the whole module parsed from bitcode into a
+//! context of its own (LLVM contexts are not thread-safe) with the other parts' functions
+//! turned into declarations; it is optimised and compiled to an object on a thread of its own,
+//! and the objects link together in the kernel's JIT.
+
+use super::{Host, target_machine};
+use crate::error::{Error, Result};
+use inkwell::{
+    GlobalVisibility,
+    context::Context as LlvmContext,
+    memory_buffer::MemoryBuffer,
+    module::{Linkage, Module as LlvmModule},
+    passes::PassBuilderOptions,
+    targets::FileType,
+    values::AsValueRef,
+};
+use llvm_sys::LLVMTypeKind;
+use llvm_sys::core::{
+    LLVMDeleteBasicBlock, LLVMGetFirstBasicBlock, LLVMGetFirstInstruction, LLVMGetNextInstruction,
+    LLVMGetPoison, LLVMGetTypeKind, LLVMInstructionEraseFromParent, LLVMReplaceAllUsesWith,
+    LLVMSetInitializer, LLVMTypeOf,
+};
+use llvm_sys::prelude::LLVMValueRef;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A module stays one part unless its functions other than the largest (the most that can be
+/// compiled beside it) have this many instructions. Splitting costs a bitcode round trip and a
+/// parse per part, about 1 ms per 1000 instructions, while O2 and code generation take
+/// 0.1-0.4 ms per instruction; single-threaded kernels (one graph function and two small
+/// wrappers) stay whole.
+const MIN_SPLIT_INSTRUCTIONS: usize = 1000;
+
+/// Stack of a compile thread: LLVM recurses over large functions, and a spawned thread's
+/// default (2 MiB) is a quarter of the main thread's.
+const STACK: usize = 16 << 20;
+
+/// One part's optimised IR (when asked for) and object.
+pub struct Part {
+    pub ir: Option<String>,
+    pub object: Vec<u8>,
+}
+
+/// What [`optimise`] produced, with the wall time of its two phases.
+pub struct Output {
+    pub parts: Vec<Part>,
+    pub optimize: Duration,
+    pub codegen: Duration,
+}
+
+/// Optimises `llvm` (O2 for the host) and emits its objects: one part for a small module or a
+/// single-core host, else one part per core (at most one per function), compiled in parallel.
+/// `print` keeps each part's optimised IR.
+pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
+    let sizes = function_sizes(llvm);
+    let total: usize = sizes.iter().map(|(_, n)| n).sum();
+    let largest = sizes.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parts = cores.min(sizes.len());
+    // Parts link by name: every function and every global defined in one part only (all but
+    // private constants) must have one.
+    let linkable = sizes.iter().all(|(name, _)| !name.is_empty())
+        && llvm.get_globals().all(|g| {
+            let copied =
+                g.is_constant() && matches!(g.get_linkage(), Linkage::Internal | Linkage::Private);
+            g.is_declaration()
+                || copied
+                || g.get_linkage() == Linkage::Appending
+                || !g.get_name().to_bytes().is_empty()
+        });
+    if parts < 2 || total - largest < MIN_SPLIT_INSTRUCTIONS || !linkable {
+        return whole(llvm, host, print);
+    }
+    let groups = partition(&sizes, parts);
+    tracing::debug!(instructions = total, parts, "compiling the module in parts");
+
+    let start = Instant::now();
+    expose_internals(llvm);
+    let bitcode = llvm.write_bitcode_to_memory();
+    let bitcode = bitcode.as_slice();
+    let results = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..parts)
+            .map(|part| {
+                let groups = &groups;
+                std::thread::Builder::new()
+                    .name(format!("fxmlir-llvm-{part}"))
+                    .stack_size(STACK)
+                    .spawn_scoped(scope, move || {
+                        compile_part(bitcode, groups, part, host, print)
+                    })
+            })
+            .collect();
+        // Every started thread is joined before any failure is returned.
+        let joined: Vec<Result<_>> = workers
+            .into_iter()
+            .map(|spawned| {
+                spawned
+                    .map_err(|e| Error::Llvm(format!("cannot start a compile thread: {e}")))?
+                    .join()
+                    .map_err(|_| Error::Llvm("a compile thread panicked".to_string()))?
+            })
+            .collect();
+        joined.into_iter().collect::<Result<Vec<_>>>()
+    })?;
+    let wall = start.elapsed();
+    let optimize = results
+        .iter()
+        .map(|(_, optimised)| optimised.duration_since(start))
+        .max()
+        .unwrap_or_default();
+    Ok(Output {
+        parts: results.into_iter().map(|(part, _)| part).collect(),
+        optimize,
+        codegen: wall.saturating_sub(optimize),
+    })
+}
+
+/// The module as one part, compiled on this thread.
+fn whole(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
+    let start = Instant::now();
+    let (part, optimised) = optimise_and_emit(llvm, host, print)?;
+    Ok(Output {
+        parts: vec![part],
+        optimize: optimised.duration_since(start),
+        codegen: optimised.elapsed(),
+    })
+}
+
+/// Runs O2 on `llvm`, verifies it and emits an object; returns the part and when O2 ended.
+fn optimise_and_emit(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<(Part, Instant)> {
+    let machine = target_machine(host)?;
+    // O2, not O3: on fused linalg loop nests O3's extra unrolling and vectorisation cost 5-13x
+    // the optimisation and codegen time and measured no faster (often slower); matrix
+    // products arrive already vectorised by the schedule stage.
+    llvm.run_passes("default<O2>", &machine, PassBuilderOptions::create())
+        .map_err(|e| Error::Llvm(format!("optimisation failed: {e}")))?;
+    let optimised = Instant::now();
+    let ir = print.then(|| llvm.print_to_string().to_string());
+    llvm.verify()
+        .map_err(|e| Error::Llvm(format!("invalid LLVM IR: {e}")))?;
+    let object = machine
+        .write_to_memory_buffer(llvm, FileType::Object)
+        .map_err(|e| Error::Llvm(format!("code generation failed: {e}")))?
+        .as_slice()
+        .to_vec();
+    Ok((Part { ir, object }, optimised))
+}
+
+/// Part `part` of the module in `bitcode`: parsed into a fresh context, the functions of other
+/// parts reduced to declarations and mutable globals defined in part 0 only, then compiled.
+fn compile_part(
+    bitcode: &[u8],
+    groups: &HashMap<String, usize>,
+    part: usize,
+    host: &Host,
+    print: bool,
+) -> Result<(Part, Instant)> {
+    let ctx = LlvmContext::create();
+    let buffer = MemoryBuffer::create_from_memory_range_copy(bitcode, "fxmlir-part");
+    let llvm = LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx)
+        .map_err(|e| Error::Llvm(format!("cannot read a module part back: {e}")))?;
+    for function in llvm.get_functions() {
+        let name = function.get_name().to_string_lossy();
+        if groups.get(name.as_ref()).is_some_and(|&g| g != part) {
+            // SAFETY: `function` is a live function of `llvm`, which nothing else uses.
+            unsafe { delete_body(function.as_value_ref()) };
+        }
+    }
+    if part != 0 {
+        for global in llvm.get_globals() {
+            if !global.is_declaration() && global.get_linkage() == Linkage::External {
+                // SAFETY: `global` is a live global variable; a null initializer makes it a
+                // declaration, which part 0's definition satisfies at link time.
+                unsafe { LLVMSetInitializer(global.as_value_ref(), std::ptr::null_mut()) };
+            }
+        }
+    }
+    let start = Instant::now();
+    let (compiled, optimised) = optimise_and_emit(&llvm, host, print)?;
+    tracing::debug!(
+        part,
+        optimise_ms = optimised.duration_since(start).as_secs_f64() * 1e3,
+        codegen_ms = optimised.elapsed().as_secs_f64() * 1e3,
+        "module part compiled"
+    );
+    Ok((compiled, optimised))
+}
+
+/// Gives every function definition, and every global definition but private constants,
+/// external linkage (hidden visibility where it was not external), so that each is defined in
+/// exactly one part and reachable from the others. Internal constants stay, copied into every
+/// part that uses them.
+fn expose_internals(llvm: &LlvmModule<'_>) {
+    for function in llvm.get_functions() {
+        if function.count_basic_blocks() > 0 && function.get_linkage() != Linkage::External {
+            function.set_linkage(Linkage::External);
+            function
+                .as_global_value()
+                .set_visibility(GlobalVisibility::Hidden);
+        }
+    }
+    for global in llvm.get_globals() {
+        let linkage = global.get_linkage();
+        let copied =
+            global.is_constant() && matches!(linkage, Linkage::Internal | Linkage::Private);
+        if !global.is_declaration()
+            && !copied
+            && !matches!(linkage, Linkage::External | Linkage::Appending)
+        {
+            global.set_linkage(Linkage::External);
+            global.set_visibility(GlobalVisibility::Hidden);
+        }
+    }
+}
+
+/// The name and instruction count of every function with a body.
+fn function_sizes(llvm: &LlvmModule<'_>) -> Vec<(String, usize)> {
+    llvm.get_functions()
+        .filter(|f| f.count_basic_blocks() > 0)
+        .map(|f| {
+            let count = f
+                .get_basic_block_iter()
+                .map(|b| b.get_instructions().count())
+                .sum();
+            (f.get_name().to_string_lossy().into_owned(), count)
+        })
+        .collect()
+}
+
+/// Assigns functions to `parts` groups, largest first to the lightest group.
+fn partition(sizes: &[(String, usize)], parts: usize) -> HashMap<String, usize> {
+    let mut order: Vec<&(String, usize)> = sizes.iter().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut load = vec![0usize; parts];
+    let mut groups = HashMap::new();
+    for (name, size) in order {
+        let lightest = (0..parts).min_by_key(|&g| (load[g], g)).unwrap_or(0);
+        load[lightest] += size;
+        groups.insert(name.clone(), lightest);
+    }
+    groups
+}
+
+/// Turns a function definition into a declaration: every value an instruction defines is
+/// replaced by poison, then the instructions (terminators included, so no block is still
+/// used) and the blocks are deleted. The function's linkage is left as is.
+///
+/// # Safety
+/// `function` must be a live function of a module no other thread uses.
+unsafe fn delete_body(function: LLVMValueRef) {
+    // SAFETY: per the contract every block and instruction visited is live; values lose their
+    // uses before their instructions are erased, and blocks lose theirs (terminators) before
+    // they are deleted, so nothing is left pointing to freed IR.
+    unsafe {
+        let mut instructions = Vec::new();
+        let mut blocks = Vec::new();
+        let mut block = LLVMGetFirstBasicBlock(function);
+        while !block.is_null() {
+            blocks.push(block);
+            let mut instruction = LLVMGetFirstInstruction(block);
+            while !instruction.is_null() {
+                instructions.push(instruction);
+                instruction = LLVMGetNextInstruction(instruction);
+            }
+            block = llvm_sys::core::LLVMGetNextBasicBlock(block);
+        }
+        for &instruction in &instructions {
+            let ty = LLVMTypeOf(instruction);
+            if LLVMGetTypeKind(ty) != LLVMTypeKind::LLVMVoidTypeKind {
+                LLVMReplaceAllUsesWith(instruction, LLVMGetPoison(ty));
+            }
+        }
+        for instruction in instructions {
+            LLVMInstructionEraseFromParent(instruction);
+        }
+        for block in blocks {
+            LLVMDeleteBasicBlock(block);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_balances_by_size() {
+        let sizes: Vec<(String, usize)> = [("a", 100), ("b", 60), ("c", 50), ("d", 5), ("e", 1)]
+            .iter()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect();
+        let groups = partition(&sizes, 2);
+        let mut load = [0; 2];
+        for (name, size) in &sizes {
+            load[groups[name]] += size;
+        }
+        assert_eq!(load, [106, 110]);
+    }
+}
