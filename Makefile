@@ -66,9 +66,10 @@ test-docs:
 op-support:
 	$(PY) scripts/op_support.py
 
-## bench: eager vs Inductor vs fxmlir; results in bench-results/.
+## bench: eager vs Inductor vs fxmlir (docs/performance.md); results in bench-results/.
+## Options pass through: make bench BENCH_ARGS="--cases mlp,gemm_512 --repeat 5".
 bench: setup
-	$(PY) benches/run.py
+	$(PY) benches/run.py $(BENCH_ARGS)
 
 lint:
 	$(VENV)/bin/ruff check python benches lit-tests

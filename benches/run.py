@@ -1,151 +1,187 @@
-"""Eager vs Inductor vs fxmlir on the same cases in one run.
+"""``make bench``: eager vs Inductor vs fxmlir on every case in one run, plus the probes.
 
-For each case: check fxmlir and Inductor against eager, time the first call (compile) of each
-backend from a cold Dynamo (Inductor's caches disabled), then the median of repeated calls.
-Writes bench-results/results.json and bench-results/results.md and prints the table.
+Every task runs in a fresh process (benches/worker.py) with a fresh, empty FXMLIR_CACHE_DIR
+and Inductor's caches disabled, so both compilers start cold. Per case: one warm-up compile of
+an unrelated graph per backend (one-time process costs), eager's median time, then for each
+backend the first call (Dynamo + aot_autograd + compile + one run), a check against eager and
+the median time of repeated calls (about ``--budget`` seconds of calls, at least 5), all under
+``torch.no_grad()`` with torch's thread count. Then: the memory-bandwidth probe, the call
+overhead probe, weights as inputs vs constants and the disk cache cold/warm.
 
-    .venv/bin/python benches/run.py [--cases mlp,gemm256] [--repeat 50]
+Writes bench-results/results.json, results.md and results.png (method: docs/performance.md).
+
+    .venv/bin/python benches/run.py [--cases mlp,gemm_256,overhead] [--repeat 5] [--budget S]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
 import platform
+import signal
+import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+import cache
+import fxmlir
+import machine
+import report
+import torch
+from cases import all_cases
 
-import fxmlir  # noqa: E402
-import torch  # noqa: E402
-from fxmlir.demo import MLP, TransformerBlock, median_ms  # noqa: E402
-
-RESULTS = pathlib.Path(__file__).resolve().parents[1] / "bench-results"
-
-
-def elementwise_chain(x):
-    y = torch.sigmoid(x) * x + 1.0
-    y = torch.tanh(y) - x * 0.5
-    return torch.relu(y) * torch.exp(-x * x)
-
-
-def softmax_attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)
-    return torch.softmax(scores, dim=-1) @ v
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench-results"
+WORKER = pathlib.Path(__file__).with_name("worker.py")
+#: Tasks besides the cases, in the order they run.
+EXPERIMENTS = ("overhead", "constants", "cache")
 
 
-def gemm(a, b):
-    return a @ b
+class Runner:
+    """Starts worker processes, one per task, and collects their JSON results."""
 
+    def __init__(self, opts: argparse.Namespace):
+        self.opts = opts
+        self.logs = opts.out / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for stale in self.logs.glob("*.log"):
+            stale.unlink()
+        self.spawned = 0
+        #: Per task: wall time, seconds waited for a quiet machine, and the fraction of the CPUs
+        #: that other processes used while it ran.
+        self.tasks: dict[str, dict[str, float]] = {}
 
-def copy(x):
-    return x * 1.0
-
-
-def cases():
-    torch.manual_seed(0)
-    return {
-        "mlp": (MLP().eval(), (torch.randn(64, 256),), 0),
-        "transformer_block": (TransformerBlock().eval(), (torch.randn(4, 64, 128),), 0),
-        "elementwise_chain": (elementwise_chain, (torch.randn(1 << 20),), 0),
-        "softmax_attention": (
-            softmax_attention,
-            tuple(torch.randn(4, 128, 64) for _ in range(3)),
-            0,
-        ),
-        "gemm256": (gemm, (torch.randn(256, 256), torch.randn(256, 256)), 2 * 256**3),
-        "gemm512": (gemm, (torch.randn(512, 512), torch.randn(512, 512)), 2 * 512**3),
-        "bandwidth_copy": (copy, (torch.randn(1 << 24),), 0),
-    }
-
-
-def first_call_ms(backend, fn, args):
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend=backend)
-    start = time.perf_counter()
-    out = compiled(*args)
-    return compiled, out, (time.perf_counter() - start) * 1e3
-
-
-def run_case(name, fn, args, flops, repeat):
-    row = {"case": name}
-    with torch.no_grad():
-        expected = fn(*args)
-        row["eager_ms"] = median_ms(fn, args, repeat)
-        for backend in ("inductor", "fxmlir"):
-            try:
-                compiled, out, compile_ms = first_call_ms(backend, fn, args)
-                ok = torch.allclose(out, expected, atol=1e-3, rtol=1e-3)
-                row[f"{backend}_compile_ms"] = compile_ms
-                row[f"{backend}_ms"] = median_ms(compiled, args, repeat)
-                row[f"{backend}_ok"] = bool(ok)
-            except Exception as e:  # a failing backend is reported, not fatal
-                row[f"{backend}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-    if flops and "fxmlir_ms" in row:
-        row["fxmlir_gflops"] = flops / row["fxmlir_ms"] / 1e6
-        row["eager_gflops"] = flops / row["eager_ms"] / 1e6
-    if "fxmlir_ms" in row:
-        row["fxmlir_vs_eager"] = row["eager_ms"] / row["fxmlir_ms"]
-        if "inductor_ms" in row:
-            row["fxmlir_vs_inductor"] = row["inductor_ms"] / row["fxmlir_ms"]
-            row["compile_ratio"] = row["inductor_compile_ms"] / row["fxmlir_compile_ms"]
-    return row
-
-
-def fmt(v, spec=".3f"):
-    return "—" if v is None else format(v, spec)
-
-
-def markdown(rows, meta):
-    lines = [
-        f"torch {meta['torch']}, fxmlir {meta['fxmlir']}, {meta['threads']} threads, {meta['cpu']}",
-        "",
-        "| case | eager ms | inductor ms | fxmlir ms | fxmlir speed vs eager | vs inductor "
-        "| inductor compile ms | fxmlir compile ms | correct |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        ok = "yes" if r.get("fxmlir_ok") else r.get("fxmlir_error", "NO")
-        lines.append(
-            f"| {r['case']} | {fmt(r.get('eager_ms'))} | {fmt(r.get('inductor_ms'))} "
-            f"| {fmt(r.get('fxmlir_ms'))} | {fmt(r.get('fxmlir_vs_eager'), '.2f')}x "
-            f"| {fmt(r.get('fxmlir_vs_inductor'), '.2f')}x "
-            f"| {fmt(r.get('inductor_compile_ms'), '.0f')} "
-            f"| {fmt(r.get('fxmlir_compile_ms'), '.0f')} | {ok} |"
+    def spawn(self, task: str, env_changes: dict[str, str] | None = None) -> dict[str, Any]:
+        """Runs ``task`` in a new process; a crash or timeout becomes ``{"error": ...}``."""
+        self.spawned += 1
+        label = f"{self.spawned:02d}-{task.replace(':', '-')}"
+        log = self.logs / f"{label}.log"
+        waited, _ = machine.wait_until_quiet(self.opts.quiet_wait)
+        if waited > 2:
+            print(f"  (waited {waited:.0f} s for other work to stop)", flush=True)
+        with tempfile.TemporaryDirectory(prefix="fxmlir-bench-") as tmp:
+            env = dict(os.environ, FXMLIR_CACHE_DIR=str(pathlib.Path(tmp, "cache")))
+            env.pop("FXMLIR_DUMP_DIR", None)  # dumping slows compiles down
+            env.update(env_changes or {})
+            out = pathlib.Path(tmp, "result.json")
+            cmd = [sys.executable, str(WORKER), task, str(out), "--budget", str(self.opts.budget)]
+            if self.opts.repeat:
+                cmd += ["--repeat", str(self.opts.repeat)]
+            if self.opts.threads:
+                cmd += ["--threads", str(self.opts.threads)]
+            meter = machine.Meter()
+            with log.open("w") as f:
+                # A session of its own, so that a timeout also ends the worker's children
+                # (Inductor's compile workers).
+                proc = subprocess.Popen(
+                    cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                try:
+                    proc.wait(timeout=self.opts.timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            if out.exists():
+                result = json.loads(out.read_text())
+            elif proc.returncode == -signal.SIGKILL:
+                result = {"error": f"timed out after {self.opts.timeout:.0f} s (log: {log})"}
+            else:
+                result = {"error": f"worker exited with {proc.returncode}: {_last_line(log)}"}
+        wall, others = time.perf_counter() - meter.start[0], meter.others()
+        self.tasks[label] = {"wall_s": wall, "waited_s": waited, "others_busy": others}
+        result["others_busy"] = others
+        busy = (
+            f"  (others used {others:.0%} of the CPUs)" if others > machine.BUSY_THRESHOLD else ""
         )
-    return "\n".join(lines) + "\n"
+        failure = f"  ERROR {result['error']}" if "error" in result else ""
+        print(f"  {task}: {wall:.0f} s{busy}{failure}", flush=True)
+        return result
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
-    parser.add_argument("--repeat", type=int, default=30)
-    opts = parser.parse_args()
-    selected = cases()
-    if opts.cases:
-        unknown = set(opts.cases.split(",")) - set(selected)
-        if unknown:
-            sys.exit(f"unknown cases {sorted(unknown)}; known: {sorted(selected)}")
-        selected = {k: v for k, v in selected.items() if k in opts.cases.split(",")}
-    rows = []
-    for name, (fn, args, flops) in selected.items():
-        print(f"running {name} ...", flush=True)
-        rows.append(run_case(name, fn, args, flops, opts.repeat))
-    meta = {
+def _last_line(log: pathlib.Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return f"{lines[-1][:200] if lines else 'no output'} (log: {log})"
+
+
+def meta() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return proc.stdout.strip()
+
+    cpu = platform.processor() or platform.machine()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with local changes"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "fxmlir": fxmlir.__version__,
-        "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "commit": commit,
+        "python": platform.python_version(),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(rows, meta)
-    (RESULTS / "results.md").write_text(table)
-    print(table)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="", help="comma-separated cases and experiments")
+    parser.add_argument("--repeat", type=int, help="timed calls per measurement (default: adapt)")
+    parser.add_argument("--budget", type=float, default=0.75, help="seconds of timed calls")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per task")
+    parser.add_argument(
+        "--quiet-wait", type=float, default=120, help="seconds to wait for other work to stop"
+    )
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--list", action="store_true", help="list cases and experiments")
+    opts = parser.parse_args()
+    cases = all_cases()
+    known = ["bandwidth", *cases, *EXPERIMENTS]
+    if opts.list:
+        print("\n".join(known))
+        return 0
+    selected = opts.cases.split(",") if opts.cases else known
+    unknown = set(selected) - set(known)
+    if unknown:
+        sys.exit(f"unknown cases {sorted(unknown)}; known: {', '.join(known)}")
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+
+    results: dict[str, Any] = {"meta": meta(), "cases": []}
+    print(report.machine_line(results["meta"]), flush=True)
+    runner = Runner(opts)
+    start = time.perf_counter()
+    for name in (n for n in known if n in selected):
+        if name == "bandwidth":
+            results["bandwidth"] = runner.spawn("bandwidth")
+        elif name in cases:
+            results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
+        elif name == "overhead":
+            results["overhead"] = runner.spawn("overhead")
+        elif name == "constants":
+            # No disk cache: each variant is compiled several times and all must be real compiles.
+            results["constants"] = runner.spawn("constants", {"FXMLIR_CACHE_DIR": ""})
+        elif name == "cache":
+            results["cache"] = [cache.cold_and_warm(c, runner.spawn) for c in cache.CASES]
+    results["meta"]["wall_s"] = time.perf_counter() - start
+    results["meta"]["tasks"] = runner.tasks
+    text = report.write(results, opts.out)
+    print("\n" + text)
+    print(f"results: {opts.out}/results.json, results.md, results.png")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

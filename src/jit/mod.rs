@@ -7,6 +7,7 @@
 //! which ORC asks before its own search of the process.
 
 mod abi;
+mod alloc;
 mod split;
 mod support;
 mod veclib;

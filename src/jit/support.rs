@@ -70,6 +70,8 @@ pub unsafe extern "C" fn memref_copy(
 pub fn lookup(symbol: &str) -> Option<usize> {
     match symbol {
         "memrefCopy" => Some(memref_copy as *const c_void as usize),
+        "malloc" => Some(super::alloc::malloc as *const c_void as usize),
+        "free" => Some(super::alloc::free as *const c_void as usize),
         _ => None,
     }
 }

@@ -1,0 +1,184 @@
+"""The workloads of the suite: each case builds a function and its inputs in the process that
+measures it, and says what its group is and how much work one call does.
+
+Groups: ``model`` cases enter the runtime and compile-time summaries (``extra`` ones are shown
+but left out of them); ``gemm`` cases report GFLOP/s; ``bandwidth`` cases report GB/s.
+
+GEMM convention: ``a @ b`` with ``a`` of shape M×K and ``b`` of shape K×N (both row-major f32),
+giving M×N; one call does 2·M·N·K floating-point operations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn as nn
+from fxmlir.demo import MLP, TransformerBlock, real_models
+
+#: Elements of the bandwidth-bound cases: 128 MiB of f32 per tensor, so that the input and the
+#: output together (256 MiB) are well beyond the last-level cache.
+BANDWIDTH_ELEMENTS = 32 << 20
+FLOAT_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    group: str  # "model", "gemm" or "bandwidth"
+    build: Callable[[], tuple[Callable[..., Any], tuple[torch.Tensor, ...]]]
+    description: str
+    #: Floating-point operations of one call (GEMM cases).
+    flops: int = 0
+    #: Minimum bytes one call reads and writes (bandwidth cases).
+    bytes: int = 0
+    #: Shown, but left out of the summary lines.
+    extra: bool = False
+
+    def header(self) -> dict[str, Any]:
+        """What a result row says about its case."""
+        return {
+            "case": self.name,
+            "group": self.group,
+            "description": self.description,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "extra": self.extra,
+        }
+
+
+def elementwise_chain(x: torch.Tensor) -> torch.Tensor:
+    y = torch.sigmoid(x) * x + 1.0
+    y = torch.tanh(y) - x * 0.5
+    return torch.relu(y) * torch.exp(-x * x)
+
+
+def elementwise_affine(x: torch.Tensor) -> torch.Tensor:
+    # Not `x * 1.0`: Inductor folds that into a no-op returning its input.
+    return x * 2.0 + 1.0
+
+
+def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
+class SmallConvNet(nn.Module):
+    """Three conv3x3+BatchNorm+ReLU layers (the last two with stride 2), global average
+    pooling and a linear classifier."""
+
+    def __init__(self, channels: tuple[int, ...] = (3, 16, 32, 64), classes: int = 10):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i, (c_in, c_out) in enumerate(zip(channels, channels[1:])):
+            stride = 1 if i == 0 else 2
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(),
+            ]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels[-1], classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.features(x)).flatten(1))
+
+
+def _module(factory: Callable[[], nn.Module], *shapes: tuple[int, ...]):
+    def build():
+        torch.manual_seed(0)
+        model = factory().eval()
+        return model, tuple(torch.randn(s) for s in shapes)
+
+    return build
+
+
+def _function(fn: Callable[..., Any], *shapes: tuple[int, ...]):
+    def build():
+        torch.manual_seed(0)
+        return fn, tuple(torch.randn(s) for s in shapes)
+
+    return build
+
+
+def _real_model(key: str):
+    """One of ``fxmlir.demo.real_models()``, chosen by a word of its name."""
+
+    def build():
+        for name, model, x in real_models():
+            if key in name:
+                return model.eval(), (x,)
+        raise KeyError(f"fxmlir.demo.real_models() has no model named like {key!r}")
+
+    return build
+
+
+def _gemm(name: str, m: int, k: int, n: int) -> Case:
+    return Case(
+        name,
+        "gemm",
+        _function(gemm, (m, k), (k, n)),
+        f"f32 M={m} K={k} N={n}",
+        flops=2 * m * n * k,
+    )
+
+
+def all_cases() -> dict[str, Case]:
+    chain_elements = 1 << 22
+    cases = [
+        Case("mlp", "model", _module(MLP, (64, 256)), "MLP 256-512-512-128, batch 64"),
+        Case(
+            "transformer_block",
+            "model",
+            _module(TransformerBlock, (4, 64, 128)),
+            "pre-norm block d=128, 4 heads, batch 4 x 64 tokens",
+        ),
+        Case(
+            "elementwise_chain",
+            "model",
+            _function(elementwise_chain, (chain_elements,)),
+            "sigmoid/tanh/relu/exp chain on 4M f32",
+            bytes=2 * FLOAT_BYTES * chain_elements,
+        ),
+        Case(
+            "softmax_attention",
+            "model",
+            _function(softmax_attention, (4, 128, 64), (4, 128, 64), (4, 128, 64)),
+            "softmax(q k^T / sqrt(d)) v, 4 x 128 x 64",
+        ),
+        Case(
+            "small_convnet",
+            "model",
+            _module(SmallConvNet, (8, 3, 32, 32)),
+            "3 x conv3x3+BN+ReLU, avgpool, linear; 8 x 3 x 32 x 32",
+        ),
+        Case("resnet18", "model", _real_model("resnet18"), "torchvision resnet18, 1x3x64x64"),
+        Case("bert", "model", _real_model("BERT"), "transformers BERT 2 layers d=128, 2x32 ids"),
+        Case("gpt2", "model", _real_model("GPT-2"), "transformers GPT-2 2 layers d=128, 2x32 ids"),
+        Case(
+            "mobilenet_v3_small",
+            "model",
+            _real_model("mobilenet"),
+            "torchvision mobilenet_v3_small, 1 x 3 x 64 x 64",
+            extra=True,
+        ),
+        _gemm("gemm_256", 256, 256, 256),
+        _gemm("gemm_512", 512, 512, 512),
+        _gemm("gemm_1024", 1024, 1024, 1024),
+        _gemm("gemm_skinny", 64, 4096, 1024),
+        Case(
+            "elementwise_affine",
+            "bandwidth",
+            _function(elementwise_affine, (BANDWIDTH_ELEMENTS,)),
+            "x * 2.0 + 1.0 on 128 MiB f32",
+            bytes=2 * FLOAT_BYTES * BANDWIDTH_ELEMENTS,
+        ),
+    ]
+    return {c.name: c for c in cases}

@@ -1,0 +1,156 @@
+"""Timing and checking primitives shared by every benchmark: medians over an adaptive number of
+calls, per-call times of very short calls, first-call (compile) times and result checks."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+#: Calls made before any timed call.
+WARMUP_CALLS = 3
+MIN_REPEAT = 5
+MAX_REPEAT = 10_000
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The garbage collector neither runs inside a timed loop nor carries garbage into it."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def median_ms(
+    fn: Callable[..., Any], args: tuple, budget_s: float, repeat: int | None = None
+) -> dict[str, float]:
+    """The median wall time of ``fn(*args)`` in ms after warm-up calls. The number of timed
+    calls is ``repeat`` if given, else what fits in ``budget_s`` seconds (at least
+    ``MIN_REPEAT``)."""
+    with no_gc():
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS):
+            fn(*args)
+        estimate = (time.perf_counter() - start) / WARMUP_CALLS
+        if repeat is None:
+            repeat = int(min(MAX_REPEAT, max(MIN_REPEAT, budget_s / max(estimate, 1e-9))))
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn(*args)
+            times.append(time.perf_counter() - start)
+    times_ms = [t * 1e3 for t in times]
+    return {
+        "ms": statistics.median(times_ms),
+        "min_ms": min(times_ms),
+        "repeat": repeat,
+        # Spread of the middle half, relative to the median: a noisy measurement shows here.
+        "iqr_rel": _iqr(times_ms) / statistics.median(times_ms),
+    }
+
+
+def _iqr(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
+def per_call_us(fn: Callable[[], Any], batch: int = 1000, samples: int = 15) -> float:
+    """Per-call time in µs of a call too short to time alone: the median over ``samples``
+    batches of ``batch`` calls each."""
+    with no_gc():
+        for _ in range(batch):
+            fn()
+        times = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times.append((time.perf_counter() - start) / batch)
+    return statistics.median(times) * 1e6
+
+
+def first_call(backend: str, fn: Callable[..., Any], args: tuple) -> tuple[Callable, Any, float]:
+    """``torch.compile(fn, backend=backend)`` from a reset Dynamo, and its first call: the
+    compiled function, its result and the first call's wall time in ms (Dynamo tracing,
+    aot_autograd, the backend's compile and one run)."""
+    torch._dynamo.reset()
+    # The fake-tensor dispatch cache outlives a reset: the second backend would trace faster.
+    FakeTensorMode.cache_clear()
+    compiled = torch.compile(fn, backend=backend)
+    start = time.perf_counter()
+    out = compiled(*args)
+    return compiled, out, (time.perf_counter() - start) * 1e3
+
+
+def check(actual: Any, expected: Any, rtol: float = 1e-3, atol: float = 1e-3) -> dict[str, Any]:
+    """Whether every tensor of ``actual`` matches ``expected`` (eager), with the absolute
+    tolerance scaled by the largest expected magnitude, and the largest absolute error."""
+    got, want = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    if len(got) != len(want):
+        return {"ok": False, "detail": f"{len(got)} outputs, eager has {len(want)}"}
+    ok, worst = True, 0.0
+    for a, e in zip(got, want):
+        if not isinstance(e, torch.Tensor):
+            ok = ok and a == e
+            continue
+        if a.shape != e.shape or a.dtype != e.dtype:
+            detail = f"got {a.dtype}{list(a.shape)}, eager {e.dtype}{list(e.shape)}"
+            return {"ok": False, "detail": detail}
+        if e.numel() == 0:
+            continue
+        scale = max(1.0, e.abs().max().item())
+        worst = max(worst, (a - e).abs().max().item())
+        ok = ok and torch.allclose(a, e, rtol=rtol, atol=atol * scale, equal_nan=True)
+    return {"ok": bool(ok), "max_abs_err": worst}
+
+
+def compile_document(text: str) -> Any:
+    """``fxmlir._fxmlir.compile`` as fxmlir's runtime calls it (torch's thread count), with
+    no dumps and no disk cache."""
+    from fxmlir import _fxmlir
+
+    return _fxmlir.compile(text, "default", None, None, torch.get_num_threads())
+
+
+def error_text(e: BaseException) -> str:
+    """One line naming an exception, short enough for a table cell. Dynamo wraps a backend's
+    exception in ``BackendCompilerFailed``, whose first line says nothing: name the inner one.
+    The full traceback goes to stderr (the task's log)."""
+    traceback.print_exception(e, file=sys.stderr)
+    inner = getattr(e, "inner_exception", None)
+    if inner is not None:
+        e = inner
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def process_warmup(backends: tuple[str, ...] = ("inductor", "fxmlir")) -> None:
+    """Compiles an unrelated tiny graph with each backend, so that one-time process costs
+    (imports, compiler probes, LLVM initialisation) stay out of the first-call figures, while
+    nothing the measured graph could reuse is cached."""
+
+    def warmup(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 3.0 - 1.0
+
+    x = torch.randn(7, 3)
+    for backend in backends:
+        # A failure shows in the measured case instead.
+        with torch.no_grad(), contextlib.suppress(Exception):
+            first_call(backend, warmup, (x,))
+    torch._dynamo.reset()

@@ -1,0 +1,71 @@
+"""Machine and runtime probes: the memory bandwidth that a large torch copy reaches, and the
+per-call cost of fxmlir's call path on a graph whose kernel does almost nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fxmlir
+import measure
+import torch
+from cases import BANDWIDTH_ELEMENTS, FLOAT_BYTES
+from fxmlir import interchange
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def bandwidth(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """Read+write bytes per second of ``dst.copy_(src)`` on 128 MiB tensors (the measured
+    bandwidth, torch's threads), the same on one thread, and of ``src.clone()``, which also
+    pays for a fresh allocation (page faults) as every out-of-place op does."""
+    src = torch.randn(BANDWIDTH_ELEMENTS)
+    dst = torch.empty_like(src)
+    moved = 2 * FLOAT_BYTES * BANDWIDTH_ELEMENTS
+
+    def gbps(fn) -> float:
+        return moved / measure.median_ms(fn, (), budget_s, repeat)["ms"] / 1e6
+
+    threads = torch.get_num_threads()
+    result = {"bytes": moved, "threads": threads, "copy_gbps": gbps(lambda: dst.copy_(src))}
+    torch.set_num_threads(1)
+    try:
+        result["copy_1thread_gbps"] = gbps(lambda: dst.copy_(src))
+    finally:
+        torch.set_num_threads(threads)
+    result["clone_gbps"] = gbps(src.clone)
+    return result
+
+
+def add_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def call_overhead() -> dict[str, Any]:
+    """Per-call µs of ``x + 1`` on a one-element tensor: eager; fxmlir's kernel alone
+    (``Kernel.run`` on prepared pointers: the floor of a call from Python); fxmlir's call path
+    without Dynamo (``fxmlir.compile_graph`` on the ATen graph: checks inputs, allocates the
+    output, runs the kernel); and the function compiled by ``torch.compile`` with fxmlir and
+    with Inductor (adds Dynamo's guards and aot_autograd's wrapper)."""
+    x = torch.ones(1)
+    result: dict[str, Any] = {}
+    with torch.no_grad():
+        result["eager_us"] = measure.per_call_us(lambda: add_one(x))
+
+        graph = make_fx(add_one, tracing_mode="fake")(x)
+        kernel = measure.compile_document(interchange.export(graph, "overhead_probe").to_json())
+        out = torch.empty(1)
+        pointers = [x.data_ptr(), out.data_ptr()]
+        kernel.run(pointers)
+        assert out.item() == 2.0, out
+        result["kernel_us"] = measure.per_call_us(lambda: kernel.run(pointers))
+
+        call_path = fxmlir.compile_graph(graph, [x])
+        assert call_path([x])[0].item() == 2.0
+        result["call_path_us"] = measure.per_call_us(lambda: call_path([x]))
+
+        for backend in ("fxmlir", "inductor"):
+            compiled, out, _ = measure.first_call(backend, add_one, (x,))
+            assert out.item() == 2.0, (backend, out)
+            result[f"torch_compile_{backend}_us"] = measure.per_call_us(lambda c=compiled: c(x))
+    result["call_path_overhead_us"] = result["call_path_us"] - result["kernel_us"]
+    result["torch_compile_overhead_us"] = result["torch_compile_fxmlir_us"] - result["kernel_us"]
+    return result

@@ -1,0 +1,587 @@
+"""Turns the collected results into the summary lines (each against its bar), the markdown
+report and the PNG chart. Pure functions of the results dictionary that run.py writes to
+``results.json``, so a report can be re-rendered from a saved run:
+
+    .venv/bin/python benches/report.py bench-results/results.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from machine import BUSY_THRESHOLD
+
+BACKENDS = ("eager", "inductor", "fxmlir")
+LABELS = {"eager": "eager", "inductor": "Inductor", "fxmlir": "fxmlir"}
+COLORS = {"eager": "tab:gray", "inductor": "tab:blue", "fxmlir": "tab:orange"}
+
+BUSY_MARK = "(busy)"
+#: Above this interquartile range relative to the median, a time cell also shows the minimum.
+NOISY_IQR = 0.25
+
+# The bars of issue 4.
+RUNTIME_GEOMEAN_BAR = 1.0
+RUNTIME_MAX_BAR = 1.5
+COMPILE_BAR = 0.1
+GEMM_BAR = 0.9
+BANDWIDTH_BAR = 0.8
+OVERHEAD_BAR_US = 10.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived figures
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def ok(result: dict[str, Any] | None) -> bool:
+    """A backend result that ran and matched eager."""
+    return bool(result) and "error" not in result and result.get("check", {}).get("ok", True)
+
+
+def timed(row: dict[str, Any], backend: str) -> float | None:
+    result = row.get(backend) or {}
+    return result.get("ms") if ok(result) else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def gflops(row: dict[str, Any], backend: str) -> float | None:
+    ms = timed(row, backend)
+    return row["flops"] / ms / 1e6 if ms else None
+
+
+def gbps(row: dict[str, Any], backend: str) -> float | None:
+    ms = timed(row, backend)
+    return row["bytes"] / ms / 1e6 if ms else None
+
+
+def rows_of(results: dict[str, Any], group: str, extra: bool | None = False) -> list[dict]:
+    """The case rows of a group (``extra=None``: with the extra cases too)."""
+    return [
+        r
+        for r in results.get("cases", [])
+        if r.get("group") == group and (extra is None or r.get("extra", False) == extra)
+    ]
+
+
+def busy(result: dict[str, Any] | None) -> bool:
+    """Other processes used the machine while this result was measured."""
+    return (result or {}).get("others_busy", 0.0) > BUSY_THRESHOLD
+
+
+def label(row: dict[str, Any]) -> str:
+    return (
+        row["case"]
+        + (" (extra)" if row.get("extra") else "")
+        + (f" {BUSY_MARK}" if busy(row) else "")
+    )
+
+
+def first_call(row: dict[str, Any], backend: str) -> float | None:
+    result = row.get(backend) or {}
+    return result.get("first_call_ms") if ok(result) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary lines
+
+
+def _line(name: str, text: str, bar: str, met: bool | None, value: float | None) -> dict:
+    verdict = {True: "met", False: "NOT met", None: "not measured"}[met]
+    return {
+        "metric": name,
+        "value": value,
+        "bar": bar,
+        "met": met,
+        "text": f"{text} (bar: {bar}: {verdict})",
+    }
+
+
+def _ratios(rows: list[dict], fn: Callable[[dict], float | None]) -> tuple[dict, list[str]]:
+    values, missing = {}, []
+    for r in rows:
+        v = fn(r)
+        if v is None:
+            missing.append(r["case"])
+        else:
+            values[r["case"]] = v
+    return values, missing
+
+
+def _missing(missing: list[str]) -> str:
+    return f"; no valid figure for {', '.join(missing)}" if missing else ""
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    lines = []
+    tasks = results["meta"].get("tasks") or {}
+    if tasks:
+        worst = max(m["others_busy"] for m in tasks.values())
+        lines.append(
+            _line(
+                "quiet_machine",
+                f"other processes used at most {worst:.0%} of the CPUs during a task",
+                f"<= {BUSY_THRESHOLD:.0%}, else every figure is suspect",
+                worst <= BUSY_THRESHOLD,
+                worst,
+            )
+        )
+    models = rows_of(results, "model")
+    if models:
+        run, missing = _ratios(models, lambda r: ratio(timed(r, "fxmlir"), timed(r, "inductor")))
+        g = geomean(run.values())
+        worst = max(run, key=run.get) if run else None
+        met = None if not run else (g <= RUNTIME_GEOMEAN_BAR and not missing)
+        lines.append(
+            _line(
+                "runtime_geomean",
+                f"runtime fxmlir/Inductor, geomean over {len(run)} model cases: {g:.2f}"
+                + _missing(missing),
+                f"<= {RUNTIME_GEOMEAN_BAR}",
+                met,
+                g,
+            )
+        )
+        if worst:
+            top = run[worst]
+            lines.append(
+                _line(
+                    "runtime_max",
+                    f"runtime fxmlir/Inductor, max: {top:.2f} ({worst})",
+                    f"none above {RUNTIME_MAX_BAR}",
+                    top <= RUNTIME_MAX_BAR and not missing,
+                    top,
+                )
+            )
+        comp, missing = _ratios(
+            models, lambda r: ratio(first_call(r, "fxmlir"), first_call(r, "inductor"))
+        )
+        g = geomean(comp.values())
+        lines.append(
+            _line(
+                "compile_geomean",
+                f"first-call (compile) time fxmlir/Inductor cold, geomean over {len(comp)} "
+                f"model cases: {g:.3f} (1/{1 / g:.1f})" + _missing(missing),
+                f"<= {COMPILE_BAR} (1/10)",
+                None if not comp else g <= COMPILE_BAR and not missing,
+                g,
+            )
+        )
+        matched = sum(ok(r.get("fxmlir")) for r in rows_of(results, "model", None))
+        total = len(rows_of(results, "model", None))
+        lines.append(
+            _line(
+                "correct",
+                f"fxmlir matches eager on {matched} of {total} model cases",
+                "all",
+                matched == total,
+                matched,
+            )
+        )
+    gemms = rows_of(results, "gemm")
+    if gemms:
+        frac, missing = _ratios(gemms, lambda r: ratio(gflops(r, "fxmlir"), gflops(r, "eager")))
+        low = min(frac, key=frac.get) if frac else None
+        lines.append(
+            _line(
+                "gemm_fraction",
+                f"GEMM f32 fxmlir/torch.mm: geomean {geomean(frac.values()):.0%}"
+                + (f", min {frac[low]:.0%} ({low})" if low else "")
+                + _missing(missing),
+                f">= {GEMM_BAR:.0%} at every size",
+                None if not frac else frac[low] >= GEMM_BAR and not missing,
+                frac[low] if low else None,
+            )
+        )
+    probe = results.get("bandwidth") or {}
+    for row in rows_of(results, "bandwidth"):
+        achieved = gbps(row, "fxmlir")
+        measured = probe.get("copy_gbps")
+        fraction = ratio(achieved, measured)
+        lines.append(
+            _line(
+                f"bandwidth_{row['case']}",
+                f"{row['case']} ({row['description']}): fxmlir "
+                + (
+                    f"{achieved:.1f} GB/s = {fraction:.0%} of the measured {measured:.1f} GB/s"
+                    if fraction is not None
+                    else "not measured"
+                ),
+                f">= {BANDWIDTH_BAR:.0%}",
+                None if fraction is None else fraction >= BANDWIDTH_BAR,
+                fraction,
+            )
+        )
+    overhead = results.get("overhead") or {}
+    if "call_path_overhead_us" in overhead:
+        path = overhead["call_path_overhead_us"]
+        lines.append(
+            _line(
+                "call_overhead",
+                f"call overhead beyond the kernel: fxmlir call path {path:.1f} µs; through "
+                f"torch.compile {overhead['torch_compile_overhead_us']:.1f} µs (Dynamo guards "
+                f"and aot_autograd included; Inductor's whole call: "
+                f"{overhead['torch_compile_inductor_us']:.1f} µs)",
+                f"<= {OVERHEAD_BAR_US:.0f} µs for fxmlir's call path",
+                path <= OVERHEAD_BAR_US,
+                path,
+            )
+        )
+    if lines and lines[0]["metric"] == "quiet_machine" and not lines[0]["met"]:
+        for line in lines[1:]:
+            line["text"] += " [unreliable: the machine was busy]"
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def fmt(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    return "—" if value is None else format(value, spec) + suffix
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return ["Not run.", ""]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out + [""]
+
+
+def status(row: dict[str, Any]) -> str:
+    """Errors and mismatches of a row's backends, or ``yes``."""
+    problems = []
+    for backend in ("inductor", "fxmlir"):
+        result = row.get(backend) or {}
+        if "error" in result:
+            problems.append(f"{LABELS[backend]}: {result['error']}")
+        elif not result.get("check", {}).get("ok", False):
+            check = result.get("check", {})
+            detail = check.get("detail") or f"max abs error {check.get('max_abs_err', 0):.1e}"
+            problems.append(f"{LABELS[backend]} differs from eager ({detail})")
+    if "error" in row:
+        problems.append(row["error"])
+    return "; ".join(problems).replace("|", "\\|") or "yes"
+
+
+def time_cell(row: dict[str, Any], backend: str) -> str:
+    """The median in ms, with the fastest call when the timed calls spread widely."""
+    result = row.get(backend) or {}
+    cell = fmt(timed(row, backend))
+    if result.get("iqr_rel", 0.0) > NOISY_IQR and timed(row, backend) is not None:
+        cell += f" (min {result['min_ms']:.3f})"
+    return cell
+
+
+def model_table(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in rows_of(results, "model", None):
+        fx, ind, eager = timed(r, "fxmlir"), timed(r, "inductor"), timed(r, "eager")
+        compile_ms = (r.get("fxmlir") or {}).get("compile", {}).get("total_ms")
+        rows.append(
+            [
+                label(r),
+                time_cell(r, "eager"),
+                time_cell(r, "inductor"),
+                time_cell(r, "fxmlir"),
+                fmt(ratio(fx, ind), ".2f"),
+                fmt(ratio(fx, eager), ".2f"),
+                fmt(first_call(r, "inductor"), ".0f"),
+                fmt(first_call(r, "fxmlir"), ".0f"),
+                fmt(compile_ms, ".0f"),
+                fmt(ratio(first_call(r, "fxmlir"), first_call(r, "inductor")), ".3f"),
+                status(r),
+            ]
+        )
+    header = [
+        "case",
+        "eager ms",
+        "Inductor ms",
+        "fxmlir ms",
+        "fxmlir/Inductor",
+        "fxmlir/eager",
+        "Inductor first call ms",
+        "fxmlir first call ms",
+        "fxmlir compile ms",
+        "first call fxmlir/Inductor",
+        "matches eager",
+    ]
+    notes = [
+        f"A time followed by (min …) spread widely: the middle half of its calls covers more "
+        f"than {NOISY_IQR:.0%} of the median.",
+        "",
+    ]
+    return table(header, rows) + notes
+
+
+def gemm_table(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in rows_of(results, "gemm", None):
+        rows.append(
+            [label(r), r["description"]]
+            + [fmt(gflops(r, b), ".1f") for b in BACKENDS]
+            + [fmt(ratio(gflops(r, "fxmlir"), gflops(r, "eager")), ".0%"), status(r)]
+        )
+    header = ["case", "shape", "torch.mm GFLOP/s", "Inductor GFLOP/s", "fxmlir GFLOP/s"]
+    return table(header + ["fxmlir/torch.mm", "matches eager"], rows)
+
+
+def bandwidth_table(results: dict[str, Any]) -> list[str]:
+    probe = results.get("bandwidth") or {}
+    measured = probe.get("copy_gbps")
+    out = []
+    if "error" in probe:
+        out += [f"Bandwidth probe failed: {probe['error']}", ""]
+    elif probe:
+        out += [
+            f"Measured bandwidth (`dst.copy_(src)`, 2 x 128 MiB read+written, torch threads: "
+            f"{probe['threads']}): **{measured:.1f} GB/s**; on one thread "
+            f"{probe['copy_1thread_gbps']:.1f} GB/s; `src.clone()` (a fresh 128 MiB output, "
+            f"as every out-of-place op allocates) {probe['clone_gbps']:.1f} GB/s.",
+            "",
+        ]
+    rows = []
+    for r in rows_of(results, "bandwidth", None) + [
+        r for r in rows_of(results, "model", None) if r.get("bytes")
+    ]:
+        rows.append(
+            [label(r), r["description"]]
+            + [
+                f"{fmt(gbps(r, b), '.1f')} ({fmt(ratio(gbps(r, b), measured), '.0%')})"
+                for b in BACKENDS
+            ]
+            + [status(r)]
+        )
+    header = ["case", "work"] + [f"{LABELS[b]} GB/s (of measured)" for b in BACKENDS]
+    return out + table(header + ["matches eager"], rows)
+
+
+def overhead_table(results: dict[str, Any]) -> list[str]:
+    o = results.get("overhead")
+    if not o:
+        return ["Not run.", ""]
+    if "error" in o:
+        return [f"The call overhead probe failed: {o['error']}", ""]
+    kernel = o["kernel_us"]
+    paths = [
+        ("eager `x + 1`", o["eager_us"], None),
+        ("fxmlir kernel alone (`Kernel.run` on prepared pointers)", kernel, None),
+        ("fxmlir call path, no Dynamo (`fxmlir.compile_graph`)", o["call_path_us"], kernel),
+        ('`torch.compile(backend="fxmlir")`', o["torch_compile_fxmlir_us"], kernel),
+        ('`torch.compile(backend="inductor")`', o["torch_compile_inductor_us"], None),
+    ]
+    rows = [
+        [name, fmt(us, ".2f"), fmt(us - base if base else None, ".2f")] for name, us, base in paths
+    ]
+    return table(["path", "µs per call", "beyond the fxmlir kernel µs"], rows)
+
+
+def cache_table(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for c in results.get("cache", []):
+        cells = [c["case"]]
+        for run in ("cold", "warm"):
+            r = c.get(run, {})
+            comp = r.get("compile", {})
+            sources = ", ".join(f"{n} {s}" for s, n in sorted(comp.get("sources", {}).items()))
+            cells += [
+                r.get("error") or fmt(r.get("first_call_ms"), ".0f"),
+                fmt(comp.get("total_ms"), ".0f"),
+                sources or "—",
+            ]
+        files = c.get("cold", {}).get("cache_dir", {})
+        cells.append(f"{files.get('files', 0)} files, {files.get('bytes', 0) / 1e6:.1f} MB")
+        rows.append(cells)
+    header = ["case"]
+    for run in ("cold", "warm"):
+        header += [f"{run} first call ms", f"{run} fxmlir compile ms", f"{run} kernels"]
+    return table(header + ["cache after cold run"], rows)
+
+
+def constants_table(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for model, variants in (results.get("constants") or {}).items():
+        if not isinstance(variants, dict):
+            continue  # others_busy
+        if "error" in variants:
+            rows.append([model, "—", variants["error"]] + ["—"] * 6)
+            continue
+        for variant in ("inputs", "constants"):
+            v = variants[variant]
+            rows.append(
+                [
+                    model,
+                    f"weights as {variant}",
+                    str(v["inputs"]),
+                    str(v["constants"]),
+                    f"{v['json_bytes'] / 1e3:.0f} kB",
+                    fmt(v["compile_ms"], ".0f"),
+                    fmt(v["ms"]),
+                    "yes" if v["check"]["ok"] else f"NO ({v['check']})",
+                ]
+            )
+    header = ["model", "variant", "inputs", "constants", "JSON", "compile ms", "run ms", "matches"]
+    return table(header, rows)
+
+
+def stages_table(results: dict[str, Any]) -> list[str]:
+    models = [r for r in rows_of(results, "model", None) if (r.get("fxmlir") or {}).get("compile")]
+    stages: list[str] = []
+    for r in models:
+        for s in r["fxmlir"]["compile"]["stages_ms"]:
+            if s not in stages:
+                stages.append(s)
+    rows = []
+    for r in models:
+        comp = r["fxmlir"]["compile"]
+        rows.append(
+            [r["case"], str(len(comp["graphs"]))]
+            + [fmt(comp["stages_ms"].get(s), ".1f") for s in stages]
+            + [fmt(comp["total_ms"], ".1f")]
+        )
+    return table(["case", "graphs"] + stages + ["total"], rows)
+
+
+def machine_line(meta: dict[str, Any]) -> str:
+    return (
+        f"{meta['date']}, {meta['cpu']} ({meta['cores']} cores), torch {meta['torch']} "
+        f"(threads: {meta['threads']}), fxmlir {meta['fxmlir']} ({meta['commit']}), "
+        f"Python {meta['python']}"
+    )
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    out = [f"Run of {machine_line(meta)}.", ""]
+    tasks = meta.get("tasks") or {}
+    if tasks:
+        busy_tasks = [t for t, m in tasks.items() if m["others_busy"] > BUSY_THRESHOLD]
+        worst = max(tasks, key=lambda t: tasks[t]["others_busy"])
+        out += [
+            f"Wall time {meta.get('wall_s', 0) / 60:.1f} min. Other processes used at most "
+            f"{tasks[worst]['others_busy']:.0%} of the CPUs during a task ({worst})."
+            + (
+                f" **The machine was busy during {len(busy_tasks)} of {len(tasks)} tasks (marked "
+                f"{BUSY_MARK}): their figures are unreliable.**"
+                if busy_tasks
+                else ""
+            ),
+            "",
+        ]
+    out += ["**Summary**", ""]
+    out += [f"- {line['text']}" for line in results["summary"]] + [""]
+    sections = [
+        ("Models: median ms per call, first call ms (cold)", model_table),
+        ("GEMM f32: `a @ b`, a M×K, b K×N, 2·M·N·K flops", gemm_table),
+        ("Memory bandwidth", bandwidth_table),
+        ("Call overhead: `x + 1` on a one-element tensor", overhead_table),
+        ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
+        ("Weights as graph inputs vs as constants", constants_table),
+        ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
+    ]
+    for title, render in sections:
+        out += [f"**{title}**", ""] + render(results)
+    flagged = [k for k in ("bandwidth", "overhead", "constants") if busy(results.get(k))]
+    flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("cold"))]
+    flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]
+    if flagged:
+        out += [f"{BUSY_MARK}: measured while the machine was busy: {', '.join(flagged)}.", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chart
+
+
+def chart(results: dict[str, Any], path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    models = rows_of(results, "model", None)
+
+    def bars(ax, rows, backends, value, ylabel, title, log=True):
+        width = 0.8 / len(backends)
+        for i, b in enumerate(backends):
+            xs = [j + (i - (len(backends) - 1) / 2) * width for j in range(len(rows))]
+            ys = [value(r, b) or 0.0 for r in rows]
+            ax.bar(xs, ys, width, label=LABELS[b], color=COLORS[b])
+        ax.set_xticks(range(len(rows)), [label(r) for r in rows], rotation=30, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        if log:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            # Label the 2s and 5s between the decades, not every minor tick.
+            ax.yaxis.set_minor_formatter(
+                FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
+            )
+        ax.legend()
+
+    bars(
+        axes[0][0],
+        models,
+        ("inductor", "fxmlir"),
+        lambda r, b: ratio(timed(r, "eager"), timed(r, b)),
+        "speed-up over eager (higher is faster)",
+        "Model run time",
+    )
+    axes[0][0].axhline(1.0, color="grey", linewidth=0.8)
+    bars(
+        axes[0][1],
+        models,
+        ("inductor", "fxmlir"),
+        first_call,
+        "first call ms",
+        "First call (compile), cold",
+    )
+    bars(
+        axes[1][0],
+        rows_of(results, "gemm", None),
+        BACKENDS,
+        gflops,
+        "GFLOP/s",
+        "GEMM f32",
+        log=False,
+    )
+    rows = rows_of(results, "bandwidth", None) + [r for r in models if r.get("bytes")]
+    bars(axes[1][1], rows, BACKENDS, gbps, "GB/s", "Elementwise throughput", log=False)
+    measured = (results.get("bandwidth") or {}).get("copy_gbps")
+    if measured:
+        axes[1][1].axhline(measured, color="black", linestyle="--", linewidth=0.8)
+        axes[1][1].annotate("measured bandwidth", (0, measured), va="bottom")
+    fig.suptitle(f"fxmlir benchmarks: {machine_line(results['meta'])}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(results: dict[str, Any], directory: pathlib.Path) -> str:
+    """Adds the summary, writes results.json, results.md and results.png; returns the markdown."""
+    results["summary"] = summary(results)
+    directory.mkdir(exist_ok=True)
+    (directory / "results.json").write_text(json.dumps(results, indent=1))
+    text = markdown(results)
+    (directory / "results.md").write_text(text)
+    chart(results, directory / "results.png")
+    return text
+
+
+if __name__ == "__main__":
+    source = pathlib.Path(sys.argv[1])
+    print(write(json.loads(source.read_text()), source.parent))
