@@ -8,7 +8,9 @@
 //! still vectorises them. Tile loops of the matrix products the schedule stage built are not
 //! top-level ops and are left alone here.
 
-use super::schedule::{ANY, append_script, has_entry, script, tag, tensor_shape};
+use super::schedule::{
+    ANY, append_script, has_entry, map_results, result_dim, script, tag, tensor_shape,
+};
 use crate::error::Result;
 use melior::{
     Context,
@@ -79,11 +81,8 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
         let Some((shape, _)) = tensor_shape(operand) else {
             continue;
         };
-        let results = map.split_once("-> (")?.1.strip_suffix(")>")?;
-        for (j, result) in results.split(", ").filter(|r| !r.is_empty()).enumerate() {
-            if let Some(d) = result
-                .strip_prefix('d')
-                .and_then(|d| d.parse::<usize>().ok())
+        for (j, result) in map_results(&map)?.into_iter().enumerate() {
+            if let Some(d) = result_dim(result)
                 && d < ranges.len()
             {
                 ranges[d] = Some(*shape.get(j)?);

@@ -423,21 +423,30 @@ fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<P
     })
 }
 
+/// The result expressions of a printed affine map: `["d0", "0"]` for
+/// `affine_map<(d0, d1) -> (d0, 0)>`.
+pub(super) fn map_results(map: &str) -> Option<Vec<&str>> {
+    let results = map.split_once("-> (")?.1.strip_suffix(")>")?;
+    Some(results.split(", ").filter(|r| !r.is_empty()).collect())
+}
+
+/// The loop a map result reads when it is a plain dimension: `d2` → 2.
+pub(super) fn result_dim(result: &str) -> Option<usize> {
+    result.strip_prefix('d')?.parse().ok()
+}
+
 /// Whether a printed affine map only drops or broadcasts dimensions, in order, like
 /// `(d0, d1) -> (d1)` or `(d0, d1) -> (0, d1)` (reads that vectorise to plain transfers).
 fn is_broadcast_map(map: &str, rank: usize) -> bool {
-    let Some(results) = map
-        .split_once("-> (")
-        .and_then(|(_, rest)| rest.strip_suffix(")>"))
-    else {
+    let Some(results) = map_results(map) else {
         return false;
     };
     let mut last = None;
-    results.split(", ").filter(|r| !r.is_empty()).all(|r| {
+    results.into_iter().all(|r| {
         if r == "0" {
             return true;
         }
-        let Some(d) = r.strip_prefix('d').and_then(|d| d.parse::<usize>().ok()) else {
+        let Some(d) = result_dim(r) else {
             return false;
         };
         let ordered = d < rank && last.is_none_or(|l| d > l);
