@@ -8,6 +8,7 @@
 
 mod abi;
 mod alloc;
+mod perfmap;
 mod split;
 mod support;
 mod veclib;
@@ -39,7 +40,7 @@ use llvm_sys::orc2::{
 };
 use melior::ir::Module;
 use std::ffi::{CStr, CString, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The name of the packed entry point: `void fxmlir_entry(void **descriptors)`.
@@ -100,13 +101,27 @@ impl Kernel {
     }
 }
 
-/// An ORC LLJIT holding one kernel's linked object, disposed (code memory freed) on drop.
-struct Jit(LLVMOrcLLJITRef);
+/// An ORC LLJIT holding one kernel's linked object, disposed (code memory freed) on drop, and
+/// the errors its execution session reported (the causes behind a failed lookup), which must
+/// outlive the LLJIT: fields drop after `Drop::drop` has disposed of it.
+struct Jit(LLVMOrcLLJITRef, Box<Mutex<Vec<String>>>);
 
 // SAFETY: after `load` the LLJIT is never used again except by `drop`, which needs `&mut self`;
 // calls go through `Kernel::entry`, a plain function pointer to reentrant machine code.
 unsafe impl Send for Jit {}
 unsafe impl Sync for Jit {}
+
+impl Jit {
+    /// The address of an exported symbol, linking the objects at the first call.
+    fn lookup(&self, name: &str) -> std::result::Result<u64, String> {
+        let name = CString::new(name).map_err(|e| e.to_string())?;
+        let mut address = 0;
+        // SAFETY: a lookup in a live LLJIT with a valid C string, writing the address.
+        let err = unsafe { LLVMOrcLLJITLookup(self.0, &mut address, name.as_ptr()) };
+        // SAFETY: `err` is the live (or null) error just returned.
+        unsafe { take_error(err) }.map(|()| address)
+    }
+}
 
 impl Drop for Jit {
     fn drop(&mut self) {
@@ -233,14 +248,18 @@ pub fn load<O: AsRef<[u8]>>(objects: &[O]) -> Result<Kernel> {
     let err = unsafe { LLVMOrcCreateLLJIT(&mut raw, std::ptr::null_mut()) };
     // SAFETY: `err` is the live (or null) error just returned.
     unsafe { take_error(err) }.map_err(|e| Error::Llvm(format!("cannot create the JIT: {e}")))?;
-    let jit = Jit(raw);
-    // SAFETY: `jit.0` is a live LLJIT. The main JITDylib belongs to it; it takes ownership of
-    // the generator (whose callback needs no context).
+    let jit = Jit(raw, Box::default());
+    // SAFETY: `jit.0` is a live LLJIT. The reporter's context is the error list `jit` owns,
+    // alive (at a stable address) until after the LLJIT is disposed of. The main JITDylib
+    // belongs to the LLJIT; it takes ownership of the generator (whose callback needs no
+    // context).
     let dylib = unsafe {
         LLVMOrcExecutionSessionSetErrorReporter(
             LLVMOrcLLJITGetExecutionSession(jit.0),
             report_session_error,
-            std::ptr::null_mut(),
+            std::ptr::from_ref::<Mutex<Vec<String>>>(&jit.1)
+                .cast_mut()
+                .cast(),
         );
         let dylib = LLVMOrcLLJITGetMainJITDylib(jit.0);
         LLVMOrcJITDylibAddGenerator(
@@ -269,13 +288,19 @@ pub fn load<O: AsRef<[u8]>>(objects: &[O]) -> Result<Kernel> {
         unsafe { take_error(err) }
             .map_err(|e| Error::Llvm(format!("cannot add an object to the JIT: {e}")))?;
     }
-    let entry_name = CString::new(ENTRY).map_err(|e| Error::Llvm(e.to_string()))?;
-    let mut address = 0;
-    // SAFETY: a lookup in a live LLJIT with a valid C string; it links the object (resolving
-    // its external symbols through the generator) and writes the entry's address.
-    let err = unsafe { LLVMOrcLLJITLookup(jit.0, &mut address, entry_name.as_ptr()) };
-    // SAFETY: `err` is the live (or null) error just returned.
-    unsafe { take_error(err) }.map_err(|e| Error::Llvm(format!("cannot link the kernel: {e}")))?;
+    // Linking happens at the first lookup, which resolves the objects' external symbols
+    // through the generator.
+    let address = jit.lookup(ENTRY).map_err(|e| {
+        let causes = jit.1.lock().map(|c| c.join("; ")).unwrap_or_default();
+        if causes.is_empty() {
+            Error::Llvm(format!("cannot link the kernel: {e}"))
+        } else {
+            Error::Llvm(format!("cannot link the kernel: {causes} ({e})"))
+        }
+    })?;
+    if perfmap::enabled() {
+        perfmap::record(objects, &|name| jit.lookup(name).ok());
+    }
     if address == 0 {
         return Err(Error::Llvm(
             "the entry point has a null address".to_string(),
@@ -349,10 +374,16 @@ extern "C" fn define_externals(
 extern "C" fn dispose_generator(_context: *mut c_void) {}
 
 /// Errors ORC reports outside a lookup (a lookup returns its own failure to [`load`]).
-extern "C" fn report_session_error(_context: *mut c_void, err: LLVMErrorRef) {
+extern "C" fn report_session_error(context: *mut c_void, err: LLVMErrorRef) {
     // SAFETY: ORC hands the reporter ownership of a live error.
     if let Err(e) = unsafe { take_error(err) } {
         tracing::debug!("ORC: {e}");
+        // SAFETY: the context is the error list of the `Jit` whose session reports, which
+        // outlives the session (see `load`).
+        let errors = unsafe { &*context.cast::<Mutex<Vec<String>>>() };
+        if let Ok(mut errors) = errors.lock() {
+            errors.push(e);
+        }
     }
 }
 

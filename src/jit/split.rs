@@ -9,7 +9,6 @@
 use super::{Host, target_machine};
 use crate::error::{Error, Result};
 use inkwell::{
-    GlobalVisibility,
     context::Context as LlvmContext,
     memory_buffer::MemoryBuffer,
     module::{Linkage, Module as LlvmModule},
@@ -19,12 +18,14 @@ use inkwell::{
 };
 use llvm_sys::LLVMTypeKind;
 use llvm_sys::core::{
-    LLVMDeleteBasicBlock, LLVMGetFirstBasicBlock, LLVMGetFirstInstruction, LLVMGetNextInstruction,
-    LLVMGetPoison, LLVMGetTypeKind, LLVMInstructionEraseFromParent, LLVMReplaceAllUsesWith,
-    LLVMSetInitializer, LLVMTypeOf,
+    LLVMAddFunction, LLVMAddGlobal, LLVMDeleteBasicBlock, LLVMDeleteFunction, LLVMDeleteGlobal,
+    LLVMGetFirstBasicBlock, LLVMGetFirstInstruction, LLVMGetNextInstruction, LLVMGetPoison,
+    LLVMGetTypeKind, LLVMGetValueName2, LLVMGlobalGetValueType, LLVMInstructionEraseFromParent,
+    LLVMReplaceAllUsesWith, LLVMSetInitializer, LLVMSetValueName2, LLVMTypeOf,
 };
-use llvm_sys::prelude::LLVMValueRef;
+use llvm_sys::prelude::{LLVMModuleRef, LLVMValueRef};
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 /// A module stays one part unless its functions other than the largest (the most that can be
@@ -162,19 +163,33 @@ fn compile_part(
     let buffer = MemoryBuffer::create_from_memory_range_copy(bitcode, "fxmlir-part");
     let llvm = LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx)
         .map_err(|e| Error::Llvm(format!("cannot read a module part back: {e}")))?;
-    for function in llvm.get_functions() {
-        let name = function.get_name().to_string_lossy();
-        if groups.get(name.as_ref()).is_some_and(|&g| g != part) {
-            // SAFETY: `function` is a live function of `llvm`, which nothing else uses.
-            unsafe { delete_body(function.as_value_ref()) };
+    let others: Vec<_> = llvm
+        .get_functions()
+        .filter(|f| {
+            let name = f.get_name().to_string_lossy();
+            groups.get(name.as_ref()).is_some_and(|&g| g != part)
+        })
+        .collect();
+    for function in others {
+        // SAFETY: `function` is a live function of `llvm`, which nothing else uses; it is not
+        // touched after `redeclare` deletes it.
+        unsafe {
+            delete_body(function.as_value_ref());
+            redeclare(llvm.as_mut_ptr(), function.as_value_ref(), true);
         }
     }
     if part != 0 {
-        for global in llvm.get_globals() {
-            if !global.is_declaration() && global.get_linkage() == Linkage::External {
-                // SAFETY: `global` is a live global variable; a null initializer makes it a
-                // declaration, which part 0's definition satisfies at link time.
-                unsafe { LLVMSetInitializer(global.as_value_ref(), std::ptr::null_mut()) };
+        let defined: Vec<_> = llvm
+            .get_globals()
+            .filter(|g| !g.is_declaration() && g.get_linkage() == Linkage::External)
+            .collect();
+        for global in defined {
+            // SAFETY: `global` is a live global variable; a null initializer makes it a
+            // declaration, which part 0's definition satisfies at link time. It is not
+            // touched after `redeclare` deletes it.
+            unsafe {
+                LLVMSetInitializer(global.as_value_ref(), std::ptr::null_mut());
+                redeclare(llvm.as_mut_ptr(), global.as_value_ref(), false);
             }
         }
     }
@@ -190,16 +205,13 @@ fn compile_part(
 }
 
 /// Gives every function definition, and every global definition but private constants,
-/// external linkage (hidden visibility where it was not external), so that each is defined in
-/// exactly one part and reachable from the others. Internal constants stay, copied into every
-/// part that uses them.
+/// external linkage, so that each is defined in exactly one part and reachable from the
+/// others (see [`redeclare`] for how the others refer to it). Internal constants stay, copied
+/// into every part that uses them.
 fn expose_internals(llvm: &LlvmModule<'_>) {
     for function in llvm.get_functions() {
         if function.count_basic_blocks() > 0 && function.get_linkage() != Linkage::External {
             function.set_linkage(Linkage::External);
-            function
-                .as_global_value()
-                .set_visibility(GlobalVisibility::Hidden);
         }
     }
     for global in llvm.get_globals() {
@@ -211,7 +223,6 @@ fn expose_internals(llvm: &LlvmModule<'_>) {
             && !matches!(linkage, Linkage::External | Linkage::Appending)
         {
             global.set_linkage(Linkage::External);
-            global.set_visibility(GlobalVisibility::Hidden);
         }
     }
 }
@@ -242,6 +253,39 @@ fn partition(sizes: &[(String, usize)], parts: usize) -> HashMap<String, usize> 
         groups.insert(name.clone(), lightest);
     }
     groups
+}
+
+/// Replaces the declaration `old` (a function if `function`, else a global variable) by a new
+/// one of the same name and type. What was internal or hidden before the split is still
+/// `dso_local` (the C API cannot clear that flag), so code would reach it PC-relatively with a
+/// 32-bit displacement; but JITLink may place two parts' objects more than 2 GiB apart, and
+/// such a fixup then fails to link. The new declaration is preemptible, reached through a GOT
+/// entry or stub that the linker builds beside the referring code.
+///
+/// # Safety
+/// `module` must be live and own `old`, a declaration no other thread uses; `old` is deleted.
+unsafe fn redeclare(module: LLVMModuleRef, old: LLVMValueRef, function: bool) {
+    // SAFETY: per the contract; the old declaration is renamed first so that the new one takes
+    // its name, loses every use to the new one, and only then is deleted.
+    unsafe {
+        let mut length = 0;
+        let name = LLVMGetValueName2(old, &mut length);
+        let name = std::slice::from_raw_parts(name.cast::<u8>(), length).to_vec();
+        let name = CString::new(name).unwrap_or_default();
+        LLVMSetValueName2(old, c"".as_ptr(), 0);
+        let ty = LLVMGlobalGetValueType(old);
+        let new = if function {
+            LLVMAddFunction(module, name.as_ptr(), ty)
+        } else {
+            LLVMAddGlobal(module, ty, name.as_ptr())
+        };
+        LLVMReplaceAllUsesWith(old, new);
+        if function {
+            LLVMDeleteFunction(old);
+        } else {
+            LLVMDeleteGlobal(old);
+        }
+    }
 }
 
 /// Turns a function definition into a declaration: every value an instruction defines is
@@ -298,5 +342,41 @@ mod tests {
             load[groups[name]] += size;
         }
         assert_eq!(load, [106, 110]);
+    }
+
+    /// A part refers to another part's function (its address taken, as `__kmpc_fork_call`'s
+    /// argument) and mutable global through preemptible declarations: nothing `dso_local`
+    /// that the part does not define, or JITLink may fail to reach it.
+    #[test]
+    fn cross_part_references_are_preemptible() {
+        let text = r#"
+@counter = internal global i32 0
+declare void @fork(ptr)
+define internal void @work() {
+  %c = load i32, ptr @counter
+  %d = add i32 %c, 1
+  store i32 %d, ptr @counter
+  ret void
+}
+define void @main() {
+  call void @fork(ptr @work)
+  store i32 7, ptr @counter
+  ret void
+}
+"#;
+        let ctx = LlvmContext::create();
+        let buffer = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "test");
+        let llvm = ctx.create_module_from_ir(buffer).unwrap();
+        expose_internals(&llvm);
+        let bitcode = llvm.write_bitcode_to_memory();
+        let groups: HashMap<String, usize> =
+            [("work".to_string(), 0), ("main".to_string(), 1)].into();
+        let host = super::super::host().unwrap();
+        let (part, _) = compile_part(bitcode.as_slice(), &groups, 1, host, true).unwrap();
+        let ir = part.ir.unwrap();
+        assert!(ir.contains("declare void @work()"), "{ir}");
+        assert!(ir.contains("@counter = external "), "{ir}");
+        assert!(!ir.contains("dso_local"), "{ir}");
+        assert!(!part.object.is_empty());
     }
 }

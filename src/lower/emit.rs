@@ -9,7 +9,7 @@ use melior::{
     ir::{
         Attribute, Block, BlockLike, Identifier, Location, Operation, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
-        operation::{OperationBuilder, OperationLike},
+        operation::{OperationBuilder, OperationLike, OperationMutLike},
         r#type::TypeLike,
     },
 };
@@ -515,6 +515,9 @@ impl<'c, 'a> Emit<'c, 'a> {
             let yielded = body(&inner, &args)?;
             let y = inner.build("linalg.yield", &yielded, &[], &[], vec![])?;
             block.append_operation(y);
+            if iterators.contains(&Iter::Reduction) {
+                self.mark_reassociable(&block, &args[inputs.len()..])?;
+            }
         }
         let region = Region::new();
         region.append_block(block);
@@ -550,6 +553,32 @@ impl<'c, 'a> Emit<'c, 'a> {
         (0..outputs.len())
             .map(|i| op.result(i).map(Into::into).map_err(internal))
             .collect()
+    }
+
+    /// Lets the floating-point combiners of a reduction body (the add, multiply, maximum or
+    /// minimum that takes an accumulator `outputs` argument) be reassociated, so that LLVM's
+    /// loop vectoriser may split the running value into vector lanes, as every vectorising
+    /// compiler (Inductor included) sums in a different order than a scalar loop.
+    fn mark_reassociable(&self, block: &Block<'c>, outputs: &[Value<'c, '_>]) -> Result<()> {
+        const COMBINERS: [&str; 4] = [
+            "arith.addf",
+            "arith.mulf",
+            "arith.maximumf",
+            "arith.minimumf",
+        ];
+        let reassoc = self.attr("#arith.fastmath<reassoc>")?;
+        let mut next = block.first_operation_mut();
+        while let Some(mut op) = next {
+            let name = op.name();
+            let is_combiner = COMBINERS
+                .iter()
+                .any(|c| name.as_string_ref().as_str() == Ok(*c));
+            if is_combiner && op.operands().any(|v| outputs.contains(&v)) {
+                op.set_attribute("fastmath", reassoc);
+            }
+            next = op.next_in_block_mut();
+        }
+        Ok(())
     }
 
     /// `tensor.extract_slice` with static offsets, sizes and strides; `result_shape` may drop
