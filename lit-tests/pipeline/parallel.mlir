@@ -80,3 +80,74 @@ func.func @small_map(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>) attribu
   bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x64xf32>, memref<64x64xf32>) -> ()
   return
 }
+
+// -----
+
+// A transposing copy (a weight's aten.t): split into two chunks of 128 result rows, each cut
+// into 16x16 tiles read as sixteen rows, transposed by shuffles in registers and written as
+// sixteen rows; no element-wise moves remain.
+// CHECK-LABEL: func.func @transpose(
+// CHECK:       scf.forall (%{{.*}}) in (2) {{.*}} -> (tensor<256x512xf32>)
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             vector.transfer_read {{.*}} : tensor<16x16xf32>, vector<16x16xf32>
+// CHECK-COUNT-64:    vector.shuffle {{.*}} : vector<16xf32>, vector<16xf32>
+// CHECK:             vector.transfer_write {{.*}} : vector<16x16xf32>, tensor<16x16xf32>
+// CHECK-NOT:   linalg.generic
+// CHECK-NOT:   vector.transpose
+// ONE-LABEL: func.func @transpose(
+// ONE-NOT:     scf.forall
+// ONE-COUNT-64: vector.shuffle
+#map = affine_map<(d0, d1) -> (d1, d0)>
+#map1 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transpose(%arg0: memref<512x256xf32>, %arg1: memref<256x512xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<512x256xf32> to tensor<512x256xf32>
+  %1 = tensor.empty() : tensor<256x512xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<512x256xf32>) outs(%1 : tensor<256x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<256x512xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<256x512xf32>, memref<256x512xf32>) -> ()
+  return
+}
+
+// -----
+
+// A batched transpose of the two inner dimensions (attention's kᵀ), too small to split: one
+// unit batch tile and 16x16 tiles of the inner dimensions.
+// CHECK-LABEL: func.func @batched_transpose(
+// CHECK-NOT:   scf.forall
+// CHECK:       vector.transfer_read {{.*}} : tensor<1x16x16xf32>, vector<16x16xf32>
+// CHECK-COUNT-64: vector.shuffle
+// CHECK:       vector.transfer_write {{.*}} : vector<16x16xf32>, tensor<1x16x16xf32>
+#map = affine_map<(d0, d1, d2) -> (d0, d2, d1)>
+#map1 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @batched_transpose(%arg0: memref<2x64x32xf32>, %arg1: memref<2x32x64xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<2x64x32xf32> to tensor<2x64x32xf32>
+  %1 = tensor.empty() : tensor<2x32x64xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel"]} ins(%0 : tensor<2x64x32xf32>) outs(%1 : tensor<2x32x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<2x32x64xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<2x32x64xf32>, memref<2x32x64xf32>) -> ()
+  return
+}
+
+// -----
+
+// A transpose whose inner dimension (24) takes no whole 16x16 tile keeps the plain loop nest.
+// CHECK-LABEL: func.func @ragged_transpose(
+// CHECK:       linalg.generic
+// CHECK-NOT:   vector.shuffle
+#map = affine_map<(d0, d1) -> (d1, d0)>
+#map1 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @ragged_transpose(%arg0: memref<24x64xf32>, %arg1: memref<64x24xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<24x64xf32> to tensor<24x64xf32>
+  %1 = tensor.empty() : tensor<64x24xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<24x64xf32>) outs(%1 : tensor<64x24xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<64x24xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x24xf32>, memref<64x24xf32>) -> ()
+  return
+}

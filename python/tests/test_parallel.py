@@ -35,7 +35,12 @@ CASES = {
     "batched_matmul": (lambda a, b: a @ b, [(8, 128, 64), (8, 64, 256)]),
     "conv_pool": (_conv_pool, [(2, 8, 64, 64), (16, 8, 3, 3)]),
     "transpose_copy": (lambda x: x.t().contiguous() * 2.0, [(512, 768)]),
+    "batched_transpose": (lambda x: x.transpose(1, 2).contiguous(), [(8, 256, 64)]),
+    "transpose_add": (lambda x, y: x.t() + y, [(256, 512), (512, 256)]),
 }
+
+#: Cases whose transposing map is cut into 16x16 register tiles (transposed by shuffles).
+TRANSPOSED_IN_REGISTERS = {"transpose_copy", "batched_transpose", "transpose_add"}
 
 
 @pytest.fixture
@@ -59,6 +64,9 @@ def test_split_ops_match_eager(name, two_threads, tmp_path):
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
     llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
     assert "__kmpc_fork_call" in llvm_ir, "no op was split across threads"
+    if name in TRANSPOSED_IN_REGISTERS:
+        loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.05-loops.mlir"))
+        assert loops.count("vector.shuffle") >= 64, "the transpose was not done in registers"
 
 
 def test_one_thread_compiles_serial_code(tmp_path):

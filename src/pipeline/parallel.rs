@@ -9,7 +9,8 @@
 //! top-level ops and are left alone here.
 
 use super::schedule::{
-    ANY, append_script, has_entry, map_results, result_dim, script, tag, tensor_shape,
+    ANY, append_script, handles, has_entry, list, map_results, result_dim, script, tag,
+    tensor_shape,
 };
 use crate::error::Result;
 use melior::{
@@ -36,10 +37,16 @@ pub struct Split {
     pub chunks: i64,
 }
 
-/// An op to split, found by raw pointer.
+/// Side of the square tiles a transposing copy is cut into: a 16x16 block of 32-bit elements is
+/// sixteen 512-bit rows, transposed in registers by a fixed network of shuffles.
+pub const TRANSPOSE_TILE: i64 = 16;
+
+/// An op to split or to tile as a transposing copy (or both), found by raw pointer.
 struct Planned {
     op: usize,
-    split: Split,
+    split: Option<Split>,
+    /// For a transposing copy: the sizes of its square register tiles over its loops.
+    transpose: Option<Vec<i64>>,
     /// The index of the op's init operand when a `linalg.fill` produces it: the fill then
     /// moves into the chunk loop, so each thread fills its own slice of the accumulator.
     fill_operand: Option<usize>,
@@ -107,7 +114,86 @@ fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
     }
 }
 
-/// The ops of every function's body (not nested in loops) to split.
+/// The tile sizes for a transposing map: an all-parallel `linalg.generic` on 32-bit elements
+/// (a copy, or arithmetic fused into it) that writes its one result through the identity map
+/// and reads its inputs through permutations of its loops, at least one of which moves the
+/// innermost loop (so a row of the result is a column of that input). The loop innermost in the
+/// result and the one innermost in that input get 16x16 tiles, the others unit tiles. `None`
+/// for anything else, or when a tile would not be whole (after the split into `split`'s chunks).
+fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> {
+    if op.operand_count() < 2 || op.result_count() != 1 {
+        return None;
+    }
+    let iterators = op.attribute("iterator_types").ok()?.to_string();
+    if iterators.contains("reduction") {
+        return None;
+    }
+    let block = op.region(0).ok()?.first_block()?;
+    let mut next = block.first_operation();
+    while let Some(inner) = next {
+        let name = inner.name().as_string_ref().as_str().ok()?.to_string();
+        if !(name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
+            || inner.region_count() > 0
+        {
+            return None;
+        }
+        next = inner.next_in_block();
+    }
+    let values: Vec<_> = op.operands().collect();
+    let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
+    let rank = shape.len();
+    let word = |v| tensor_shape(v).is_some_and(|(_, e)| matches!(e.as_str(), "f32" | "i32"));
+    if rank < 2 || !values.iter().all(|&v| word(v)) {
+        return None;
+    }
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let mut dims = Vec::new();
+    for i in 0..values.len() {
+        let map = maps.element(i).ok()?.to_string();
+        let read: Vec<usize> = map_results(&map)?
+            .into_iter()
+            .map(result_dim)
+            .collect::<Option<_>>()?;
+        let mut sorted = read.clone();
+        sorted.sort_unstable();
+        if sorted != (0..rank).collect::<Vec<_>>() {
+            return None;
+        }
+        dims.push(read);
+    }
+    let (written, inputs) = dims.split_last()?;
+    if *written != (0..rank).collect::<Vec<_>>() {
+        return None;
+    }
+    let inner_written = rank - 1;
+    let inner_read = inputs
+        .iter()
+        .filter_map(|read| read.last().copied())
+        .find(|&d| d != inner_written)?;
+    let whole = |d: usize| {
+        let extent = match split {
+            Some(s) if s.dim == d => (shape[d] % s.chunks == 0).then(|| shape[d] / s.chunks),
+            _ => Some(shape[d]),
+        };
+        extent.is_some_and(|e| e % TRANSPOSE_TILE == 0)
+    };
+    if !whole(inner_read) || !whole(inner_written) {
+        return None;
+    }
+    Some(
+        (0..rank)
+            .map(|d| {
+                if d == inner_read || d == inner_written {
+                    TRANSPOSE_TILE
+                } else {
+                    1
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The ops of every function's body (not nested in loops) to split or tile.
 fn plan(module: &Module, threads: i64) -> Vec<Planned> {
     let mut planned = Vec::new();
     let mut function = module.body().first_operation();
@@ -122,13 +208,19 @@ fn plan(module: &Module, threads: i64) -> Vec<Planned> {
             let name = op.name().as_string_ref().as_str().unwrap_or("").to_string();
             if op.result_count() == 1
                 && let Some((ranges, parallel)) = loops(&op, &name)
-                && let Some(split) = choose(&ranges, &parallel, threads)
             {
-                planned.push(Planned {
-                    op: op.to_raw().ptr as usize,
-                    split,
-                    fill_operand: fill_operand(&op),
-                });
+                let split = choose(&ranges, &parallel, threads);
+                let transpose = (name == "linalg.generic")
+                    .then(|| transpose_tiles(&op, split))
+                    .flatten();
+                if split.is_some() || transpose.is_some() {
+                    planned.push(Planned {
+                        op: op.to_raw().ptr as usize,
+                        split,
+                        transpose,
+                        fill_operand: fill_operand(&op),
+                    });
+                }
             }
             next = op.next_in_block();
         }
@@ -147,31 +239,49 @@ pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<
     let mut tags = HashMap::new();
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {
-        let split = p.split;
         tags.insert(p.op, (TAG, id as i64));
-        let mut counts = vec![0; split.dim + 1];
-        counts[split.dim] = split.chunks;
-        let counts: Vec<String> = counts.iter().map(i64::to_string).collect();
         // Formatting into a String cannot fail.
         let _ = writeln!(
             body,
             "    %p{id} = transform.structured.match attributes {{{TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY}"
         );
-        if let Some(init) = p.fill_operand {
+        let mut op = format!("%p{id}");
+        if let Some(split) = p.split {
+            if let Some(init) = p.fill_operand {
+                let _ = writeln!(
+                    body,
+                    "    %i{id} = transform.get_producer_of_operand %p{id}[{init}] : ({ANY}) -> {ANY}"
+                );
+            }
+            let mut counts = vec![0; split.dim + 1];
+            counts[split.dim] = split.chunks;
             let _ = writeln!(
                 body,
-                "    %i{id} = transform.get_producer_of_operand %p{id}[{init}] : ({ANY}) -> {ANY}"
+                "    %t{id}, %f{id} = transform.structured.tile_using_forall %p{id} num_threads {} : ({ANY}) -> ({ANY}, {ANY})",
+                list(&counts)
             );
+            if p.fill_operand.is_some() {
+                let _ = writeln!(
+                    body,
+                    "    %fi{id}, %fl{id} = transform.structured.fuse_into_containing_op %i{id} into %f{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+                );
+            }
+            op = format!("%t{id}");
         }
-        let _ = writeln!(
-            body,
-            "    %t{id}, %f{id} = transform.structured.tile_using_forall %p{id} num_threads [{}] : ({ANY}) -> ({ANY}, {ANY})",
-            counts.join(", ")
-        );
-        if p.fill_operand.is_some() {
+        if let Some(tiles) = &p.transpose {
+            // Square tiles, each read as sixteen rows, transposed by shuffles and written as
+            // sixteen rows: the read's permutation becomes a `vector.transpose`, lowered
+            // here (inside the tile loops only) so nothing later falls back to element moves.
+            let loops = tiles.iter().filter(|&&t| t != 0).count();
             let _ = writeln!(
                 body,
-                "    %fi{id}, %fl{id} = transform.structured.fuse_into_containing_op %i{id} into %f{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+                "    %r{id}, %rl{id}:{loops} = transform.structured.tile_using_for {op} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                list(tiles),
+                handles(loops)
+            );
+            let _ = writeln!(
+                body,
+                "    transform.structured.vectorize %r{id} : {ANY}\n    transform.apply_patterns to %rl{id}#0 {{\n      transform.apply_patterns.vector.cast_away_vector_leading_one_dim\n      transform.apply_patterns.vector.transfer_permutation_patterns\n      transform.apply_patterns.vector.lower_transpose lowering_strategy = \"shuffle_16x16\"\n    }} : {ANY}"
             );
         }
     }

@@ -613,13 +613,13 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
 
 pub(super) const ANY: &str = "!transform.any_op";
 
-fn list(values: &[i64]) -> String {
+pub(super) fn list(values: &[i64]) -> String {
     let items: Vec<String> = values.iter().map(i64::to_string).collect();
     format!("[{}]", items.join(", "))
 }
 
 /// `(ANY, ANY, ...)` with `n` entries.
-fn handles(n: usize) -> String {
+pub(super) fn handles(n: usize) -> String {
     vec![ANY; n].join(", ")
 }
 
