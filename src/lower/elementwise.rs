@@ -464,12 +464,12 @@ fn lower_binary<'c, 'a>(
     if bitwise && float {
         return fail("bitwise ops need integer or bool operands");
     }
-    // PyTorch computes `x ** 0.5` and `x ** -0.5` with a Scalar exponent as sqrt and rsqrt
-    // (except for float16), which differ from pow at -inf and -0.0.
-    let root = match (op, &rhs) {
+    // PyTorch computes `x ** e` with a Scalar exponent e of 0.5, -0.5, 2, 3, -1 or -2 as
+    // sqrt, rsqrt, x*x, x*x*x, 1/x and 1/(x*x) (except for float16): those differ from pow at
+    // -inf and -0.0, and vectorise without a call.
+    let special = match (op, &rhs) {
         _ if !float || out.dtype == DType::Float16 => None,
-        (Binary::Pow, Operand::Scalar(e)) if e.as_f64() == 0.5 => Some("math.sqrt"),
-        (Binary::Pow, Operand::Scalar(e)) if e.as_f64() == -0.5 => Some("math.rsqrt"),
+        (Binary::Pow, Operand::Scalar(e)) => PowSpecial::of(e.as_f64()),
         _ => None,
     };
     // With a half result, PyTorch rounds the operands of add/sub/pow/atan2/remainder/fmod
@@ -515,8 +515,21 @@ fn lower_binary<'c, 'a>(
                 Binary::ReverseSub => b.same(pick("arith.subf", "arith.subi"), &[x, scale(a)?]),
                 Binary::Mul => b.same(pick("arith.mulf", "arith.muli"), &[a, x]),
                 Binary::Div => divide(b, a, x, compute, rounding.as_deref()),
-                Binary::Pow => match root {
-                    Some(name) => b.same(name, &[a]),
+                Binary::Pow => match special {
+                    Some(PowSpecial::Sqrt) => b.same("math.sqrt", &[a]),
+                    Some(PowSpecial::Rsqrt) => b.same("math.rsqrt", &[a]),
+                    Some(PowSpecial::Square) => b.same("arith.mulf", &[a, a]),
+                    Some(PowSpecial::Cube) => {
+                        let square = b.same("arith.mulf", &[a, a])?;
+                        b.same("arith.mulf", &[square, a])
+                    }
+                    Some(PowSpecial::Reciprocal) => {
+                        b.same("arith.divf", &[b.constant(Scalar::Float(1.0), compute)?, a])
+                    }
+                    Some(PowSpecial::ReciprocalSquare) => {
+                        let square = b.same("arith.mulf", &[a, a])?;
+                        b.same("arith.divf", &[b.constant(Scalar::Float(1.0), compute)?, square])
+                    }
                     None if float => b.same("math.powf", &[a, x]),
                     None => int_pow(b, a, x, compute),
                 },
@@ -556,6 +569,31 @@ fn lower_binary<'c, 'a>(
         },
     )?;
     Ok(vec![value])
+}
+
+/// Floating-point powers by a Scalar exponent that PyTorch computes without `pow`.
+#[derive(Clone, Copy)]
+enum PowSpecial {
+    Sqrt,
+    Rsqrt,
+    Square,
+    Cube,
+    Reciprocal,
+    ReciprocalSquare,
+}
+
+impl PowSpecial {
+    fn of(exponent: f64) -> Option<Self> {
+        Some(match exponent {
+            0.5 => Self::Sqrt,
+            -0.5 => Self::Rsqrt,
+            2.0 => Self::Square,
+            3.0 => Self::Cube,
+            -1.0 => Self::Reciprocal,
+            -2.0 => Self::ReciprocalSquare,
+            _ => return None,
+        })
+    }
 }
 
 /// Integer power with PyTorch's `powi`: a negative exponent gives 1 for base 1, ±1 for base -1
