@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, interchange, partition, runtime
+from . import _fxmlir, hoist, interchange, partition, runtime
 from .config import config
 
 log = logging.getLogger("fxmlir")
@@ -132,7 +132,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     """aot_autograd's compiler hook: a callable for one functional ATen graph. It takes the
     arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them.
 
-    A graph fxmlir can lower whole compiles as one kernel. Otherwise the supported nodes are
+    A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
+    alone (see :mod:`fxmlir.hoist`). Otherwise the supported nodes are
     grouped into compiled partitions and the rest run eagerly between them, unless
     ``config.fallback == "error"``, which raises instead."""
     strict = config.check_fallback() == "error"
@@ -140,9 +141,17 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
     if not partition.unsupported_nodes(gm, supported):
         try:
-            compiler = GraphCompiler(gm, pipeline, dump_dir, cache_dir)
-            compiler._boxed_call = True
-            return compiler
+            whole = None
+            if config.hoist and not interchange.is_dynamic(gm):
+                whole = hoist.hoist(
+                    gm,
+                    hoist.static_inputs(gm),
+                    lambda main: GraphCompiler(main, pipeline, dump_dir, cache_dir),
+                )
+            if whole is None:
+                whole = GraphCompiler(gm, pipeline, dump_dir, cache_dir)
+                whole._boxed_call = True
+            return whole
         except _fxmlir.FxmlirError:
             if strict:
                 raise

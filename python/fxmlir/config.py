@@ -45,6 +45,13 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_FALLBACK", "eager")
     )
 
+    #: Compute what a graph derives from its parameters and buffers alone (a linear layer's
+    #: transposed weight) once, outside the kernel, and reuse it while those tensors are
+    #: unchanged (``FXMLIR_HOIST``; ``0`` turns it off).
+    hoist: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_HOIST", "1") != "0"
+    )
+
     def check_fallback(self) -> str:
         if self.fallback not in ("eager", "error"):
             raise ValueError(

@@ -1,0 +1,119 @@
+"""Weight-only work leaves the per-call kernel: what a graph computes from parameters alone (a
+linear layer's transposed weight) is computed once by a prologue and reused while the weights
+stay the same tensors, and recomputed as soon as they change in any way."""
+
+import json
+import pathlib
+
+import fxmlir
+import pytest
+import torch
+import torch.fx
+from fxmlir import hoist
+
+# Products over a few hundred terms, summed in another order than eager's.
+ATOL = RTOL = 1e-4
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)
+    ).eval()
+
+
+def _inputs(dump_dir: pathlib.Path) -> list[str]:
+    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
+    targets = [n["target"] for n in document["nodes"]]
+    assert "aten.t.default" not in targets, targets
+    return [i["name"] for i in document["inputs"]]
+
+
+def test_transposed_weights_are_inputs_of_the_kernel(tmp_path):
+    model, x = _mlp(), torch.randn(8, 64)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    hoisted = [name for name in _inputs(tmp_path) if name.startswith("hoisted_")]
+    assert len(hoisted) == 2, hoisted
+
+
+def test_off_keeps_the_transposes_in_the_kernel(tmp_path):
+    model, x = _mlp(), torch.randn(8, 64)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path), hoist=False):
+        torch.compile(model, backend="fxmlir")(x)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    assert [n["target"] for n in document["nodes"]].count("aten.t.default") == 2
+
+
+def _changes():
+    """Ways a weight changes under a compiled model, each of which must be seen."""
+
+    def in_place(model):
+        model[0].weight.mul_(-2.0)
+
+    def load_state_dict(model):
+        state = {k: torch.randn_like(v) for k, v in model.state_dict().items()}
+        model.load_state_dict(state)
+
+    def new_data(model):
+        model[2].weight.data = torch.randn_like(model[2].weight)
+
+    def new_parameter(model):
+        model[0].weight = torch.nn.Parameter(torch.randn_like(model[0].weight))
+
+    return {f.__name__: f for f in (in_place, load_state_dict, new_data, new_parameter)}
+
+
+@pytest.mark.parametrize("change", sorted(_changes()))
+def test_changed_weights_are_seen(change):
+    model, x = _mlp(), torch.randn(8, 64)
+    compiled = torch.compile(model, backend="fxmlir")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+        _changes()[change](model)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+
+
+def test_unchanged_weights_reuse_the_values():
+    model, x = _mlp(), torch.randn(8, 64)
+    runs = []
+    compiled = torch.compile(model, backend="fxmlir")
+    original = hoist.Hoisted.__call__
+
+    def counting(self, args):
+        before = self.state
+        result = original(self, args)
+        runs.append(self.state is not before)
+        return result
+
+    with torch.no_grad():
+        hoist.Hoisted.__call__ = counting
+        try:
+            for _ in range(3):
+                compiled(x)
+            model[0].weight.add_(1.0)
+            compiled(x)
+        finally:
+            hoist.Hoisted.__call__ = original
+    assert runs == [True, False, False, True]
+
+
+def _split(fn, *shapes, static=(0,)):
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, tracing_mode="fake")(
+        *[torch.randn(s) for s in shapes]
+    )
+    return hoist.Split(gm, frozenset(static))
+
+
+def test_what_is_hoisted():
+    # A transpose and arithmetic on a weight are; an expand (larger than the weight) and a
+    # view that leaves it contiguous are not; nothing reading the activation is.
+    split = _split(lambda w, x: x @ (w.t() * 2.0), (16, 32), (4, 32))
+    assert [n.target for n in split.hoisted] == [torch.ops.aten.mul.Tensor]
+    assert split.watched == [0]
+    assert not _split(lambda w, x: x + w.expand(4, 32), (1, 32), (4, 32)).hoisted
+    assert not _split(lambda w, x: x + w.view(4, 8), (32,), (4, 8)).hoisted
+    assert not _split(lambda w, x: (x * w).t(), (4, 32), (4, 32)).hoisted
