@@ -1,6 +1,7 @@
-"""Weights as graph inputs (what aot_autograd hands fxmlir, and what it compiles today) against
+"""Weights as graph inputs (what aot_autograd hands fxmlir), the same with the weight-only
+work hoisted out of the kernel (what fxmlir compiles by default, :mod:`fxmlir.hoist`), and
 weights baked into the graph as interchange ``constants`` (docs/interchange.md): the compile
-time and run time of the same model graph both ways.
+time and run time of the same model graph all three ways.
 
 The graph is captured with fxmlir's own decompositions and exporter; the copy with constants
 moves every input that is one of the model's parameters or buffers into ``constants`` with its
@@ -18,7 +19,7 @@ from typing import Any
 import measure
 import torch
 from fxmlir import backend as fxmlir_backend
-from fxmlir import interchange, runtime
+from fxmlir import hoist, interchange, runtime
 from fxmlir.demo import MLP, TransformerBlock
 from torch._dynamo.backends.common import aot_autograd
 
@@ -34,7 +35,10 @@ def capture(model: torch.nn.Module, x: torch.Tensor) -> dict[str, Any]:
     captured: list[dict[str, Any]] = []
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Any):
-        entry: dict[str, Any] = {"plan": interchange.export(gm, f"captured_{len(captured)}")}
+        entry: dict[str, Any] = {
+            "gm": gm,
+            "plan": interchange.export(gm, f"captured_{len(captured)}"),
+        }
         captured.append(entry)
 
         def forward(*args: Any) -> Any:
@@ -69,6 +73,23 @@ def with_constants(plan: interchange.Plan, args: list[Any], weights: set[int]) -
     doc["inputs"] = inputs
     doc["name"] = f"{doc['name']}_constants"
     return interchange.Plan(document=doc, input_args=input_args, outputs=plan.outputs)
+
+
+def hoisted(captured: dict[str, Any], weights: set[int]) -> tuple[interchange.Plan, dict]:
+    """The plan of the graph with its weight-only work hoisted, and the captured call with the
+    prologue's values appended to the arguments."""
+    gm, args = captured["gm"], captured["args"]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = frozenset(
+        i
+        for i, (node, arg) in enumerate(zip(placeholders, args))
+        if isinstance(arg, torch.Tensor) and arg.data_ptr() in weights
+    )
+    split = hoist.Split(gm, static)
+    name = f"{captured['plan'].document['name']}_hoisted"
+    plan = interchange.export(hoist.main_graph(gm, split), name)
+    values = [v.contiguous() for v in hoist.prologue(gm, split)(*args)]
+    return plan, {**captured, "args": [*args, *values]}
 
 
 def compile_and_run(plan: interchange.Plan, captured: dict[str, Any], budget_s: float, repeat):
@@ -106,6 +127,7 @@ def run(budget_s: float, repeat: int | None) -> dict[str, Any]:
                 plan = captured["plan"]
                 results[name] = {
                     "inputs": compile_and_run(plan, captured, budget_s, repeat),
+                    "hoisted": compile_and_run(*hoisted(captured, weights), budget_s, repeat),
                     "constants": compile_and_run(
                         with_constants(plan, captured["args"], weights), captured, budget_s, repeat
                     ),
