@@ -41,16 +41,39 @@ pub unsafe extern "C" fn memref_copy(
             return;
         }
         let element = element_size as usize;
-        let mut index = vec![0i64; rank];
+        // The innermost dimension is copied as one block when it is contiguous on both sides
+        // (a padded convolution input: rows of the image into rows of the padded buffer), else
+        // element by element; the outer dimensions are walked with a multi-index.
+        let (inner, outer) = match rank {
+            0 => (1, 0),
+            r => (sizes[r - 1], r - 1),
+        };
+        let contiguous = rank == 0 || (src_strides[outer] == 1 && dst_strides[outer] == 1);
+        let mut index = vec![0i64; outer];
         loop {
             let (mut s, mut d) = (0isize, 0isize);
-            for k in 0..rank {
+            for k in 0..outer {
                 s += (index[k] * src_strides[k] * element_size) as isize;
                 d += (index[k] * dst_strides[k] * element_size) as isize;
             }
-            std::ptr::copy_nonoverlapping(src_base.offset(s), dst_base.offset(d), element);
-            // Advance the multi-index, innermost dimension fastest.
-            let mut k = rank;
+            let (from, to) = (src_base.offset(s), dst_base.offset(d));
+            if contiguous {
+                std::ptr::copy_nonoverlapping(from, to, inner as usize * element);
+            } else {
+                let (step_from, step_to) = (
+                    (src_strides[outer] * element_size) as isize,
+                    (dst_strides[outer] * element_size) as isize,
+                );
+                for i in 0..inner as isize {
+                    std::ptr::copy_nonoverlapping(
+                        from.offset(i * step_from),
+                        to.offset(i * step_to),
+                        element,
+                    );
+                }
+            }
+            // Advance the outer multi-index, innermost dimension fastest.
+            let mut k = outer;
             loop {
                 if k == 0 {
                     return;
@@ -125,5 +148,29 @@ mod tests {
         // SAFETY: as above.
         unsafe { memref_copy(8, &s, &d) };
         assert_eq!(dst, [7.5]);
+    }
+
+    #[test]
+    fn copies_rows_into_a_padded_buffer() {
+        let src: Vec<f32> = (1..=6).map(|v| v as f32).collect();
+        let mut dst = vec![0f32; 20];
+        // src contiguous 2x3; dst the 2x3 interior of a 4x5 buffer at row 1, column 1.
+        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0, 2, 3, 3, 1];
+        let base = dst.as_mut_ptr() as i64;
+        let dst_desc = [base, base, 6, 2, 3, 5, 1];
+        let s = UnrankedMemRef {
+            rank: 2,
+            descriptor: src_desc.as_ptr(),
+        };
+        let d = UnrankedMemRef {
+            rank: 2,
+            descriptor: dst_desc.as_ptr(),
+        };
+        // SAFETY: both descriptors describe the live vectors above.
+        unsafe { memref_copy(4, &s, &d) };
+        let mut expected = vec![0f32; 20];
+        expected[6..9].copy_from_slice(&[1.0, 2.0, 3.0]);
+        expected[11..14].copy_from_slice(&[4.0, 5.0, 6.0]);
+        assert_eq!(dst, expected);
     }
 }

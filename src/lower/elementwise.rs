@@ -528,7 +528,10 @@ fn lower_binary<'c, 'a>(
                     }
                     Some(PowSpecial::ReciprocalSquare) => {
                         let square = b.same("arith.mulf", &[a, a])?;
-                        b.same("arith.divf", &[b.constant(Scalar::Float(1.0), compute)?, square])
+                        b.same(
+                            "arith.divf",
+                            &[b.constant(Scalar::Float(1.0), compute)?, square],
+                        )
                     }
                     None if float => b.same("math.powf", &[a, x]),
                     None => int_pow(b, a, x, compute),
