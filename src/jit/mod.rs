@@ -53,10 +53,34 @@ pub struct Host {
     pub features: String,
 }
 
+/// Passes `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt` flags such as
+/// `-unroll-threshold=100` or `-debug-pass-manager`) to LLVM's option parser, once, before
+/// the first compile: for experiments with LLVM's optimiser and code generator.
+fn llvm_options() {
+    let Ok(text) = std::env::var("FXMLIR_LLVM_ARGS") else {
+        return;
+    };
+    let args: Vec<CString> = std::iter::once("fxmlir")
+        .chain(text.split_whitespace())
+        .filter_map(|a| CString::new(a).ok())
+        .collect();
+    let pointers: Vec<*const std::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: `pointers` holds `args.len()` valid C strings that outlive the call; the
+    // overview is a valid C string.
+    unsafe {
+        llvm_sys::support::LLVMParseCommandLineOptions(
+            pointers.len() as i32,
+            pointers.as_ptr(),
+            c"fxmlir".as_ptr(),
+        )
+    };
+}
+
 pub fn host() -> Result<&'static Host> {
     static HOST: OnceLock<std::result::Result<Host, String>> = OnceLock::new();
     HOST.get_or_init(|| {
         Target::initialize_native(&InitializationConfig::default())?;
+        llvm_options();
         Ok(Host {
             triple: TargetMachine::get_default_triple()
                 .as_str()
