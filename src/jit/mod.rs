@@ -53,13 +53,21 @@ pub struct Host {
     pub features: String,
 }
 
+/// `FXMLIR_LLVM_ARGS` as this process read it (empty when unset): part of the compile cache
+/// key, since the flags change the code.
+pub fn llvm_args() -> &'static str {
+    static ARGS: OnceLock<String> = OnceLock::new();
+    ARGS.get_or_init(|| std::env::var("FXMLIR_LLVM_ARGS").unwrap_or_default())
+}
+
 /// Passes `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt` flags such as
 /// `-unroll-threshold=100` or `-debug-pass-manager`) to LLVM's option parser, once, before
 /// the first compile: for experiments with LLVM's optimiser and code generator.
 fn llvm_options() {
-    let Ok(text) = std::env::var("FXMLIR_LLVM_ARGS") else {
+    let text = llvm_args();
+    if text.is_empty() {
         return;
-    };
+    }
     let args: Vec<CString> = std::iter::once("fxmlir")
         .chain(text.split_whitespace())
         .filter_map(|a| CString::new(a).ok())

@@ -37,12 +37,13 @@ impl Key {
              fxmlir {} {}\n\
              graph {}\n\
              options {}\n\
-             llvm {major}.{minor}.{patch}\n\
+             llvm {major}.{minor}.{patch} {}\n\
              host {} {} {}\n",
             env!("CARGO_PKG_VERSION"),
             env!("FXMLIR_SOURCE_HASH"),
             structural_hash(graph)?,
             options.fingerprint(),
+            jit::llvm_args(),
             host.triple,
             host.cpu,
             host.features,
