@@ -103,31 +103,28 @@ pub fn lookup(symbol: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// Runs `memrefCopy` between two ranked descriptors (`[allocated, aligned, offset,
+    /// sizes.., strides..]`) of `rank` over live buffers of `element_size`-byte elements.
+    fn copy(element_size: i64, rank: i64, source: &[i64], target: &[i64]) {
+        let s = UnrankedMemRef {
+            rank,
+            descriptor: source.as_ptr(),
+        };
+        let d = UnrankedMemRef {
+            rank,
+            descriptor: target.as_ptr(),
+        };
+        // SAFETY: the callers' descriptors describe live buffers of matching shape.
+        unsafe { memref_copy(element_size, &s, &d) };
+    }
+
     #[test]
     fn copies_a_transposed_view() {
         let src: Vec<f32> = (0..6).map(|v| v as f32).collect();
         let mut dst = vec![0f32; 6];
         // src viewed as 3x2 with strides (1, 3) (a transpose); dst contiguous 3x2.
-        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0, 3, 2, 1, 3];
-        let dst_desc = [
-            dst.as_mut_ptr() as i64,
-            dst.as_mut_ptr() as i64,
-            0,
-            3,
-            2,
-            2,
-            1,
-        ];
-        let s = UnrankedMemRef {
-            rank: 2,
-            descriptor: src_desc.as_ptr(),
-        };
-        let d = UnrankedMemRef {
-            rank: 2,
-            descriptor: dst_desc.as_ptr(),
-        };
-        // SAFETY: both descriptors describe the live vectors above.
-        unsafe { memref_copy(4, &s, &d) };
+        let (from, to) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
+        copy(4, 2, &[from, from, 0, 3, 2, 1, 3], &[to, to, 0, 3, 2, 2, 1]);
         assert_eq!(dst, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     }
 
@@ -135,18 +132,8 @@ mod tests {
     fn copies_rank_zero() {
         let src = [7.5f64];
         let mut dst = [0f64];
-        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0];
-        let dst_desc = [dst.as_mut_ptr() as i64, dst.as_mut_ptr() as i64, 0];
-        let s = UnrankedMemRef {
-            rank: 0,
-            descriptor: src_desc.as_ptr(),
-        };
-        let d = UnrankedMemRef {
-            rank: 0,
-            descriptor: dst_desc.as_ptr(),
-        };
-        // SAFETY: as above.
-        unsafe { memref_copy(8, &s, &d) };
+        let (from, to) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
+        copy(8, 0, &[from, from, 0], &[to, to, 0]);
         assert_eq!(dst, [7.5]);
     }
 
@@ -155,19 +142,8 @@ mod tests {
         let src: Vec<f32> = (1..=6).map(|v| v as f32).collect();
         let mut dst = vec![0f32; 20];
         // src contiguous 2x3; dst the 2x3 interior of a 4x5 buffer at row 1, column 1.
-        let src_desc = [src.as_ptr() as i64, src.as_ptr() as i64, 0, 2, 3, 3, 1];
-        let base = dst.as_mut_ptr() as i64;
-        let dst_desc = [base, base, 6, 2, 3, 5, 1];
-        let s = UnrankedMemRef {
-            rank: 2,
-            descriptor: src_desc.as_ptr(),
-        };
-        let d = UnrankedMemRef {
-            rank: 2,
-            descriptor: dst_desc.as_ptr(),
-        };
-        // SAFETY: both descriptors describe the live vectors above.
-        unsafe { memref_copy(4, &s, &d) };
+        let (from, to) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
+        copy(4, 2, &[from, from, 0, 2, 3, 3, 1], &[to, to, 6, 2, 3, 5, 1]);
         let mut expected = vec![0f32; 20];
         expected[6..9].copy_from_slice(&[1.0, 2.0, 3.0]);
         expected[11..14].copy_from_slice(&[4.0, 5.0, 6.0]);
