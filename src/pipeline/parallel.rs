@@ -9,7 +9,7 @@
 //! top-level ops and are left alone here.
 
 use super::schedule::{
-    ANY, append_script, handles, has_entry, list, map_results, result_dim, script, tag,
+    ANY, append_script, handles, has_entry, list, map_results, plain_body, result_dim, script, tag,
     tensor_shape,
 };
 use crate::error::Result;
@@ -128,16 +128,8 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
     if iterators.contains("reduction") {
         return None;
     }
-    let block = op.region(0).ok()?.first_block()?;
-    let mut next = block.first_operation();
-    while let Some(inner) = next {
-        let name = inner.name().as_string_ref().as_str().ok()?.to_string();
-        if !(name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
-            || inner.region_count() > 0
-        {
-            return None;
-        }
-        next = inner.next_in_block();
+    if !plain_body(op) {
+        return None;
     }
     let values: Vec<_> = op.operands().collect();
     let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;

@@ -455,6 +455,25 @@ fn is_broadcast_map(map: &str, rank: usize) -> bool {
     })
 }
 
+/// Whether the body of a structured op holds only `arith` and `math` ops (and the yield),
+/// none with regions: such a body vectorises and lowers for any vector shape.
+pub(super) fn plain_body(op: &melior::ir::OperationRef) -> bool {
+    let Some(block) = op.region(0).ok().and_then(|body| body.first_block()) else {
+        return false;
+    };
+    let mut next = block.first_operation();
+    while let Some(inner) = next {
+        let plain = inner.name().as_string_ref().as_str().is_ok_and(|name| {
+            name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield"
+        });
+        if !plain || inner.region_count() > 0 {
+            return false;
+        }
+        next = inner.next_in_block();
+    }
+    true
+}
+
 /// For an all-parallel `linalg.generic` whose body is plain arithmetic: per operand, whether
 /// its indexing map is the identity. `None` when the generic cannot be fused as an epilogue
 /// (including when an operand is read through a transposing map).
@@ -474,21 +493,7 @@ fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
     if !float_only {
         return None;
     }
-    // Only arith/math ops in the body: they vectorise and lower for any vector shape.
-    let mut plain = true;
-    let body = op.region(0).ok()?;
-    let block = body.first_block()?;
-    let mut next = block.first_operation();
-    while let Some(inner) = next {
-        let name = inner.name().as_string_ref().as_str().ok()?.to_string();
-        if !(name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
-            || inner.region_count() > 0
-        {
-            plain = false;
-        }
-        next = inner.next_in_block();
-    }
-    if !plain {
+    if !plain_body(op) {
         return None;
     }
     let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
