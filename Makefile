@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 LLVM_PREFIX := /usr/lib/llvm-22
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-dev \
-                libpolly-22-dev libzstd-dev libomp-22-dev
+                libpolly-22-dev libzstd-dev libgomp1
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff \

@@ -82,3 +82,22 @@ def test_one_thread_compiles_serial_code(tmp_path):
     torch.testing.assert_close(actual, torch.tanh(x) * 3.0, atol=ATOL, rtol=RTOL)
     llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
     assert llvm_ir and "__kmpc_fork_call" not in llvm_ir
+
+
+def test_kernels_run_on_torchs_openmp_team(two_threads):
+    """Parallel kernels use the OpenMP runtime PyTorch loaded (libgomp), never a second one:
+    interleaved with torch's own parallel ops, on that one team, every result stays right."""
+    torch._dynamo.reset()
+    fn, shapes = CASES["linear_gelu"]
+    torch.manual_seed(0)
+    args = [torch.randn(s) for s in shapes]
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    with torch.no_grad():
+        expected = fn(*args)
+        compiled = torch.compile(fn, backend="fxmlir")
+        for _ in range(20):
+            torch.testing.assert_close(compiled(*args), expected, atol=ATOL, rtol=RTOL)
+            torch.testing.assert_close(torch.mm(a, b), a @ b)
+    maps = pathlib.Path("/proc/self/maps").read_text()
+    assert "libgomp" in maps
+    assert "libomp.so" not in maps, "a second OpenMP runtime was loaded"

@@ -57,11 +57,11 @@ impl Descriptors {
     }
 }
 
-/// The address of a C symbol for the JIT's external calls: fxmlir's own runtime functions,
-/// then whatever the process has loaded, then libm, libmvec and LLVM's OpenMP runtime (which
-/// a Rust binary may not have linked when it calls none of their functions).
+/// The address of a C symbol for the JIT's external calls: fxmlir's own runtime functions
+/// (the OpenMP entry points among them), then whatever the process has loaded, then libm and
+/// libmvec (which a Rust binary may not have linked when it calls none of their functions).
 pub fn resolve(symbol: &str) -> Option<usize> {
-    if let Some(own) = super::support::lookup(symbol) {
+    if let Some(own) = super::support::lookup(symbol).or_else(|| super::openmp::lookup(symbol)) {
         return Some(own);
     }
     let name = CString::new(symbol).ok()?;
@@ -77,19 +77,12 @@ pub fn resolve(symbol: &str) -> Option<usize> {
     })
 }
 
-/// LLVM's OpenMP runtime (`__kmpc_*`), which the parallel loops call: the one of the LLVM
-/// fxmlir is built with (Debian's `libomp-22-dev`), else whichever the loader finds.
-const LIBOMP: [&std::ffi::CStr; 2] = [c"/usr/lib/llvm-22/lib/libomp.so.5", c"libomp.so.5"];
-
-/// Handles of the system libraries compiled code may call into, opened once. Only the first
-/// OpenMP runtime found is opened: two in one process refuse to start.
+/// Handles of the system libraries compiled code may call into, opened once.
 fn system_libraries() -> &'static [usize] {
     static HANDLES: OnceLock<Vec<usize>> = OnceLock::new();
     HANDLES.get_or_init(|| {
-        let libomp = LIBOMP.into_iter().map(open).find(|&h| h != 0);
         [open(c"libm.so.6"), open(c"libmvec.so.1")]
             .into_iter()
-            .chain(libomp)
             .filter(|&handle| handle != 0)
             .collect()
     })
@@ -121,6 +114,7 @@ mod tests {
         assert!(resolve("expf").is_some());
         assert!(resolve("_ZGVdN8v_expf").is_some());
         assert!(resolve("__kmpc_fork_call").is_some());
+        assert!(resolve("__kmpc_for_static_init_4").is_none());
         assert!(resolve("definitely_not_a_symbol_fxmlir").is_none());
     }
 }

@@ -8,6 +8,7 @@
 
 mod abi;
 mod alloc;
+mod openmp;
 mod perfmap;
 mod split;
 mod support;
@@ -238,6 +239,7 @@ pub fn compile(
         }
     }
     add_entry(&ctx, &llvm, name, arg_count, cpu, features)?;
+    openmp::check(&llvm)?;
     let vectorised = veclib::annotate(&ctx, &llvm, host)?;
     tracing::debug!(calls = vectorised, "math calls given libmvec variants");
     if let Some(d) = dumps {
