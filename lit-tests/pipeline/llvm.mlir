@@ -6,8 +6,8 @@
 // rejected by the implicit check above). Each function gets a C-interface wrapper
 // (_mlir_ciface_<name>) taking memref descriptors by pointer.
 
-// Loops become llvm.br/llvm.cond_br; arith.maximumf is expanded (arith-expand) to an unordered
-// compare and selects.
+// Loops become llvm.br/llvm.cond_br; arith.maximumf becomes llvm.intr.maximum (not a compare
+// and select, which LLVM could not vectorise as a reduction).
 // CHECK-LABEL: llvm.func @chain(
 // CHECK-SAME:      %{{[a-zA-Z0-9_]+}}: !llvm.ptr
 // CHECK-SAME:      attributes {llvm.emit_c_interface}
@@ -18,9 +18,8 @@
 // CHECK:         %[[X:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
 // CHECK:         %[[Y:.*]] = llvm.load %{{.*}} : !llvm.ptr -> f32
 // CHECK:         %[[S:.*]] = llvm.fadd %[[X]], %[[Y]] : f32
-// CHECK:         %[[GT:.*]] = llvm.fcmp "ugt" %[[S]], %{{.*}} : f32
-// CHECK:         %[[M:.*]] = llvm.select %[[GT]], %[[S]], %{{.*}} : i1, f32
-// CHECK:         %[[P:.*]] = llvm.fmul %{{.*}}, %{{.*}} : f32
+// CHECK:         %[[M:.*]] = llvm.intr.maximum(%[[S]], %{{.*}}) : (f32, f32) -> f32
+// CHECK:         %[[P:.*]] = llvm.fmul %[[M]], %{{.*}} : f32
 // CHECK:         llvm.store %[[P]], %{{.*}} : f32, !llvm.ptr
 // CHECK:         llvm.return
 // CHECK-LABEL: llvm.func @_mlir_ciface_chain(

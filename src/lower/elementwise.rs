@@ -536,7 +536,7 @@ fn lower_binary<'c, 'a>(
                     None if float => b.same("math.powf", &[a, x]),
                     None => int_pow(b, a, x, compute),
                 },
-                Binary::Maximum if float => b.same("arith.maximumf", &[a, x]),
+                Binary::Maximum if float => b.torch_extremum(a, x, true),
                 Binary::Maximum => b.same(
                     if unsigned {
                         "arith.maxui"
@@ -545,7 +545,7 @@ fn lower_binary<'c, 'a>(
                     },
                     &[a, x],
                 ),
-                Binary::Minimum if float => b.same("arith.minimumf", &[a, x]),
+                Binary::Minimum if float => b.torch_extremum(a, x, false),
                 Binary::Minimum => b.same(
                     if unsigned {
                         "arith.minui"
@@ -700,7 +700,10 @@ fn int_divide<'c, 'b>(
     let is_minus_one = b.cmpi("eq", x, minus_one)?;
     let unsafe_divisor = b.same("arith.ori", &[is_zero, is_minus_one])?;
     let d = b.select(unsafe_divisor, one, x)?;
-    let q = b.same(name, &[a, d])?;
+    let q = match name {
+        "arith.floordivsi" => b.floor_div_si(a, d, dtype)?,
+        _ => b.same(name, &[a, d])?,
+    };
     let negated = b.same("arith.subi", &[zero, a])?;
     let q = b.select(is_minus_one, negated, q)?;
     b.select(is_zero, zero, q)

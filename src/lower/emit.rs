@@ -305,6 +305,45 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1("arith.cmpi", &[a, b], self.ty("i1")?, &[("predicate", p)])
     }
 
+    /// The larger (`maximum`) or smaller of two floats as PyTorch's elementwise `maximum` and
+    /// `minimum` compute them: NaN when either is NaN, else of two equal values (0.0 and -0.0)
+    /// the second. (`arith.maximumf` orders -0.0 below 0.0; it stays for reductions, whose
+    /// combiners LLVM vectorises, where PyTorch's order is unspecified.)
+    pub fn torch_extremum(
+        &self,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+        maximum: bool,
+    ) -> Result<Value<'c, 'a>> {
+        let keep_a = self.cmpf(if maximum { "ugt" } else { "ult" }, a, b)?;
+        let picked = self.select(keep_a, a, b)?;
+        let b_is_nan = self.cmpf("uno", b, b)?;
+        self.select(b_is_nan, b, picked)
+    }
+
+    /// Signed integer division rounding towards negative infinity, spelled out in `divsi`,
+    /// `remsi` and a correction (what `arith.floordivsi` means). The LLVM stage runs no
+    /// `arith-expand`, which would also turn every `maximumf` into a compare-and-select chain
+    /// that LLVM cannot vectorise as a reduction.
+    pub fn floor_div_si(
+        &self,
+        a: Value<'c, 'a>,
+        d: Value<'c, 'a>,
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        let q = self.same("arith.divsi", &[a, d])?;
+        let r = self.same("arith.remsi", &[a, d])?;
+        let zero = self.constant(Scalar::Int(0), dtype)?;
+        let one = self.constant(Scalar::Int(1), dtype)?;
+        let inexact = self.cmpi("ne", r, zero)?;
+        let r_negative = self.cmpi("slt", r, zero)?;
+        let d_negative = self.cmpi("slt", d, zero)?;
+        let signs_differ = self.same("arith.xori", &[r_negative, d_negative])?;
+        let round_down = self.same("arith.andi", &[inexact, signs_differ])?;
+        let below = self.same("arith.subi", &[q, one])?;
+        self.select(round_down, below, q)
+    }
+
     /// A comparison predicate: its position in the dialect's enum, as an i64 attribute.
     fn predicate(&self, names: &[&str], name: &str) -> Result<Attribute<'c>> {
         let index = names

@@ -921,7 +921,7 @@ fn scatter_mean<'c, 'a>(
             } else {
                 let wrapped = b.convert(v[0], acc, dtype)?;
                 let wrapped = b.convert(wrapped, dtype, DType::Int64)?;
-                b.same("arith.floordivsi", &[wrapped, n])
+                b.floor_div_si(wrapped, n, DType::Int64)
             }
         },
     )?;

@@ -104,7 +104,7 @@ const LOOPS: Stage = Stage {
 /// `vector.contract` becomes outer products (broadcast-FMA).
 const LLVM: Stage = Stage {
     name: "llvm",
-    pipeline: "builtin.module(convert-math-to-funcs,arith-expand,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+    pipeline: "builtin.module(convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
     hook: Hook::None,
 };
 
