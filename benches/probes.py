@@ -1,5 +1,6 @@
-"""Machine and runtime probes: the memory bandwidth that a large torch copy reaches, and the
-per-call cost of fxmlir's call path on a graph whose kernel does almost nothing."""
+"""Machine and runtime probes: the memory bandwidth that a large torch copy reaches, the
+per-call cost of fxmlir's call path on a graph whose kernel does almost nothing, and what a
+compiled model costs when eager parallel ops run between its calls."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import fxmlir
 import measure
 import torch
-from cases import BANDWIDTH_ELEMENTS, FLOAT_BYTES
+from cases import BANDWIDTH_ELEMENTS, FLOAT_BYTES, all_cases
 from fxmlir import interchange
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -68,4 +69,38 @@ def call_overhead() -> dict[str, Any]:
             result[f"torch_compile_{backend}_us"] = measure.per_call_us(lambda c=compiled: c(x))
     result["call_path_overhead_us"] = result["call_path_us"] - result["kernel_us"]
     result["torch_compile_overhead_us"] = result["torch_compile_fxmlir_us"] - result["kernel_us"]
+    return result
+
+
+#: The eager op run between the compiled model's calls: a parallel ``torch.mm`` (256³).
+INTERLEAVED_MM = 256
+
+
+def interleaved(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """The MLP case compiled by each backend, timed alone, next to an eager parallel
+    ``torch.mm`` timed alone, and the two called in turn (as a model with a graph break, or a
+    training loop's eager work, calls them). "Excess" is the pair's time beyond the sum of the
+    two alone: what the compiled code and torch's own parallel ops cost each other."""
+    fn, args = all_cases()["mlp"].build()
+    a, b = torch.randn(INTERLEAVED_MM, INTERLEAVED_MM), torch.randn(INTERLEAVED_MM, INTERLEAVED_MM)
+    result: dict[str, Any] = {"case": "mlp", "mm": INTERLEAVED_MM}
+    with torch.no_grad():
+        expected = fn(*args)
+        result["eager_mm_ms"] = measure.median_ms(torch.mm, (a, b), budget_s, repeat)["ms"]
+        for backend in ("inductor", "fxmlir"):
+            compiled, out, _ = measure.first_call(backend, fn, args)
+            check = measure.check(out, expected)
+            assert check["ok"], (backend, check)
+            alone = measure.median_ms(compiled, args, budget_s, repeat)["ms"]
+
+            def pair(c=compiled):
+                c(*args)
+                torch.mm(a, b)
+
+            both = measure.median_ms(pair, (), budget_s, repeat)["ms"]
+            result[backend] = {
+                "alone_ms": alone,
+                "with_mm_ms": both,
+                "excess_ms": both - alone - result["eager_mm_ms"],
+            }
     return result

@@ -388,6 +388,27 @@ def overhead_table(results: dict[str, Any]) -> list[str]:
     return table(["path", "µs per call", "beyond the fxmlir kernel µs"], rows)
 
 
+def interleaved_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("interleaved")
+    if not r:
+        return ["Not run.", ""]
+    if "error" in r:
+        return [f"The interleaved probe failed: {r['error']}", ""]
+    mm = r["eager_mm_ms"]
+    rows = [
+        [
+            backend,
+            fmt(r[backend]["alone_ms"], ".3f"),
+            fmt(mm, ".3f"),
+            fmt(r[backend]["with_mm_ms"], ".3f"),
+            fmt(r[backend]["excess_ms"], ".3f"),
+        ]
+        for backend in ("inductor", "fxmlir")
+    ]
+    header = ["backend", "compiled MLP alone ms", f"eager mm {r['mm']}³ alone ms"]
+    return table(header + ["both in turn ms", "excess ms"], rows)
+
+
 def cache_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for c in results.get("cache", []):
@@ -497,13 +518,15 @@ def markdown(results: dict[str, Any]) -> str:
         ("GEMM f32: `a @ b`, a M×K, b K×N, 2·M·N·K flops", gemm_table),
         ("Memory bandwidth", bandwidth_table),
         ("Call overhead: `x + 1` on a one-element tensor", overhead_table),
+        ("Compiled MLP and an eager `torch.mm` called in turn", interleaved_table),
         ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
         ("Weights as graph inputs, hoisted, or constants", constants_table),
         ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
     ]
     for title, render in sections:
         out += [f"**{title}**", ""] + render(results)
-    flagged = [k for k in ("bandwidth", "overhead", "constants") if busy(results.get(k))]
+    probes = ("bandwidth", "overhead", "interleaved", "constants")
+    flagged = [k for k in probes if busy(results.get(k))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("cold"))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]
     if flagged:

@@ -6,7 +6,8 @@ an unrelated graph per backend (one-time process costs), eager's median time, th
 backend the first call (Dynamo + aot_autograd + compile + one run), a check against eager and
 the median time of repeated calls (about ``--budget`` seconds of calls, at least 5), all under
 ``torch.no_grad()`` with torch's thread count. Then: the memory-bandwidth probe, the call
-overhead probe, weights as inputs vs constants and the disk cache cold/warm.
+overhead probe, a compiled model interleaved with eager parallel ops, weights as inputs vs
+constants and the disk cache cold/warm.
 
 Writes bench-results/results.json, results.md and results.png (method: docs/performance.md).
 
@@ -39,7 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 #: Tasks besides the cases, in the order they run.
-EXPERIMENTS = ("overhead", "constants", "cache")
+EXPERIMENTS = ("overhead", "interleaved", "constants", "cache")
 
 
 class Runner:
@@ -168,8 +169,8 @@ def main() -> int:
             results["bandwidth"] = runner.spawn("bandwidth")
         elif name in cases:
             results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
-        elif name == "overhead":
-            results["overhead"] = runner.spawn("overhead")
+        elif name in ("overhead", "interleaved"):
+            results[name] = runner.spawn(name)
         elif name == "constants":
             # No disk cache: each variant is compiled several times and all must be real compiles.
             results["constants"] = runner.spawn("constants", {"FXMLIR_CACHE_DIR": ""})
