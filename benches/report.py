@@ -368,12 +368,19 @@ def bandwidth_table(results: dict[str, Any]) -> list[str]:
     return out + table(header + ["matches eager"], rows)
 
 
+def not_measured(probe: dict[str, Any] | None, what: str) -> list[str] | None:
+    """The lines that stand for a probe's table when it did not run or failed, else None."""
+    if not probe:
+        return ["Not run.", ""]
+    if "error" in probe:
+        return [f"The {what} failed: {probe['error']}", ""]
+    return None
+
+
 def overhead_table(results: dict[str, Any]) -> list[str]:
     o = results.get("overhead")
-    if not o:
-        return ["Not run.", ""]
-    if "error" in o:
-        return [f"The call overhead probe failed: {o['error']}", ""]
+    if (lines := not_measured(o, "call overhead probe")) is not None:
+        return lines
     kernel = o["kernel_us"]
     paths = [
         ("eager `x + 1`", o["eager_us"], None),
@@ -390,10 +397,8 @@ def overhead_table(results: dict[str, Any]) -> list[str]:
 
 def interleaved_table(results: dict[str, Any]) -> list[str]:
     r = results.get("interleaved")
-    if not r:
-        return ["Not run.", ""]
-    if "error" in r:
-        return [f"The interleaved probe failed: {r['error']}", ""]
+    if (lines := not_measured(r, "interleaved probe")) is not None:
+        return lines
     mm = r["eager_mm_ms"]
     rows = [
         [

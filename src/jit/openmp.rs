@@ -225,10 +225,12 @@ pub fn check(module: &Module) -> Result<()> {
             return Err(unsupported(format!("the OpenMP runtime function `{name}`")));
         }
         uses_openmp = true;
-        // (operand, highest allowed value, what it is) of each call to check.
+        // (operand, allowed values, what it is) of each call to check.
         let limit = match name.as_str() {
-            "__kmpc_fork_call" => Some((1, 1, "parallel region arguments")),
-            "__kmpc_for_static_init_8u" => Some((2, STATIC_SCHEDULE, "loop schedule type")),
+            "__kmpc_fork_call" => Some((1, 0..=1, "parallel region arguments")),
+            "__kmpc_for_static_init_8u" => {
+                Some((2, STATIC_SCHEDULE..=STATIC_SCHEDULE, "loop schedule type"))
+            }
             _ => None,
         };
         let Some((operand, allowed, what)) = limit else {
@@ -241,11 +243,7 @@ pub fn check(module: &Module) -> Result<()> {
         while let Some(use_) = next {
             if let AnyValueEnum::InstructionValue(call) = use_.get_user() {
                 let value = constant_operand(call, operand);
-                let fine = match name.as_str() {
-                    "__kmpc_fork_call" => value.is_some_and(|v| v <= allowed),
-                    _ => value == Some(allowed),
-                };
-                if !fine {
+                if !value.is_some_and(|v| allowed.contains(&v)) {
                     return Err(unsupported(format!(
                         "`{name}` with {what} {}",
                         value.map_or("not a constant".to_string(), |v| v.to_string())

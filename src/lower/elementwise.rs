@@ -680,30 +680,27 @@ fn int_remainder<'c, 'b>(
 /// Integer division that cannot trap: x86 raises SIGFPE on a zero divisor (PyTorch raises
 /// ZeroDivisionError) and on `INT_MIN / -1` (eager PyTorch itself crashes). Both divide by 1
 /// instead; a zero divisor then gives 0 and -1 gives the wrapping negation (`INT_MIN / -1` is
-/// INT_MIN, as numpy).
+/// INT_MIN, as numpy). `quotient` divides by the guarded divisor.
 fn int_divide<'c, 'b>(
     b: &Emit<'c, 'b>,
     a: Value<'c, 'b>,
     x: Value<'c, 'b>,
     dtype: DType,
-    name: &str,
+    quotient: impl Fn(Value<'c, 'b>, Value<'c, 'b>) -> Result<Value<'c, 'b>>,
 ) -> Result<Value<'c, 'b>> {
     let zero = b.constant(Scalar::Int(0), dtype)?;
     let one = b.constant(Scalar::Int(1), dtype)?;
     let is_zero = b.cmpi("eq", x, zero)?;
     if dtype.is_unsigned() {
         let d = b.select(is_zero, one, x)?;
-        let q = b.same(name, &[a, d])?;
+        let q = quotient(a, d)?;
         return b.select(is_zero, zero, q);
     }
     let minus_one = b.constant(Scalar::Int(-1), dtype)?;
     let is_minus_one = b.cmpi("eq", x, minus_one)?;
     let unsafe_divisor = b.same("arith.ori", &[is_zero, is_minus_one])?;
     let d = b.select(unsafe_divisor, one, x)?;
-    let q = match name {
-        "arith.floordivsi" => b.floor_div_si(a, d, dtype)?,
-        _ => b.same(name, &[a, d])?,
-    };
+    let q = quotient(a, d)?;
     let negated = b.same("arith.subi", &[zero, a])?;
     let q = b.select(is_minus_one, negated, q)?;
     b.select(is_zero, zero, q)
@@ -726,12 +723,11 @@ fn divide<'c, 'b>(
             b.same("math.trunc", &[q])
         }
         (Some(mode @ ("trunc" | "floor")), false) => {
-            let name = match (unsigned, mode) {
-                (true, _) => "arith.divui",
-                (false, "trunc") => "arith.divsi",
-                (false, _) => "arith.floordivsi",
-            };
-            int_divide(b, a, x, dtype, name)
+            int_divide(b, a, x, dtype, |a, d| match (unsigned, mode) {
+                (true, _) => b.same("arith.divui", &[a, d]),
+                (false, "trunc") => b.same("arith.divsi", &[a, d]),
+                (false, _) => b.floor_div_si(a, d, dtype),
+            })
         }
         (Some("floor"), true) => {
             let zero = b.constant(Scalar::Float(0.0), dtype)?;
