@@ -3,7 +3,7 @@
 //! caught and reported as an internal error rather than unwinding into Python.
 
 use crate::error::Error;
-use crate::runtime::{CompiledGraph, Options};
+use crate::runtime::{CompiledGraph, Options, dlpack};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -125,6 +125,27 @@ impl Kernel {
         self.compiled.inputs.len() + self.compiled.outputs.len()
     }
 
+    /// A new, uninitialised tensor for output `index` as a DLPack capsule (for
+    /// `torch.from_dlpack`), in a block of fxmlir's allocator that returns to it, already
+    /// mapped, when torch frees the tensor.
+    fn output_buffer(&self, py: Python<'_>, index: usize) -> PyResult<Py<PyAny>> {
+        let managed = guard(|| self.compiled.allocate_output(index))?;
+        // SAFETY: `managed` is a live DLPack tensor; the capsule owns it until a consumer
+        // renames the capsule and takes it over.
+        unsafe {
+            let capsule = pyo3::ffi::PyCapsule_New(
+                managed as *mut std::ffi::c_void,
+                DLTENSOR.as_ptr(),
+                Some(drop_unused_capsule),
+            );
+            if capsule.is_null() {
+                dlpack::delete(managed);
+                return Err(PyErr::fetch(py));
+            }
+            Ok(Bound::from_owned_ptr(py, capsule).unbind())
+        }
+    }
+
     /// Runs the kernel. The caller (fxmlir.runtime) has checked every tensor against the
     /// compiled shapes, strides and dtypes and allocated the outputs.
     fn run(&self, py: Python<'_>, pointers: Vec<usize>) -> PyResult<()> {
@@ -132,6 +153,21 @@ impl Kernel {
         // SAFETY: the Python runtime validates each tensor against the compiled metadata before
         // passing its data pointer, and keeps the tensors alive across this call.
         py.detach(|| guard(|| unsafe { compiled.call(&pointers) }))
+    }
+}
+
+/// The capsule name DLPack producers use; a consumer renames it `used_dltensor`.
+const DLTENSOR: &std::ffi::CStr = c"dltensor";
+
+/// Destructor of an output capsule: deletes the tensor unless a consumer took it.
+unsafe extern "C" fn drop_unused_capsule(capsule: *mut pyo3::ffi::PyObject) {
+    // SAFETY: called by Python with the capsule being destroyed; a capsule still named
+    // `dltensor` holds the tensor `output_buffer` put in it.
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
+            let managed = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr());
+            dlpack::delete(managed as *mut dlpack::ManagedTensor);
+        }
     }
 }
 

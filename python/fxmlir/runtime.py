@@ -17,6 +17,11 @@ log = logging.getLogger("fxmlir")
 
 _TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 
+# Outputs of at least this many bytes are allocated by fxmlir (`Kernel.output_buffer`), in
+# blocks that come back already mapped when torch frees the tensor: a fresh torch allocation
+# this large costs a page fault per 4 KiB on every call. Smaller ones come from torch.
+POOLED_OUTPUT_BYTES = 1 << 20
+
 
 def _format(shape: Sequence[int], strides: Sequence[int], dtype: Any) -> str:
     name = DTYPES.get(dtype, str(dtype))
@@ -90,6 +95,11 @@ class CompiledGraph:
         self.outputs = [
             (torch.Size(m["shape"]), tuple(m["strides"]), _TORCH_DTYPES[m["dtype"]]) for m in metas
         ]
+        # Per output: its index if fxmlir allocates it, else None.
+        self.pooled = [
+            i if _extent_bytes(shape, strides, dtype) >= POOLED_OUTPUT_BYTES else None
+            for i, (shape, strides, dtype) in enumerate(self.outputs)
+        ]
 
     @property
     def timings(self) -> list[tuple[str, float]]:
@@ -100,9 +110,12 @@ class CompiledGraph:
             results: list[Any] = []
         else:
             pointers = [spec.check(self.name, args[spec.arg]).data_ptr() for spec in self.inputs]
+            kernel = self.kernel
             results = [
                 torch.empty_strided(shape, strides, dtype=dtype)
-                for shape, strides, dtype in self.outputs
+                if pooled is None
+                else torch.from_dlpack(kernel.output_buffer(pooled))
+                for pooled, (shape, strides, dtype) in zip(self.pooled, self.outputs)
             ]
             pointers.extend(t.data_ptr() for t in results)
             self.kernel.run(pointers)
@@ -115,6 +128,14 @@ class CompiledGraph:
             else:
                 out.append(value)
         return out
+
+
+def _extent_bytes(shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype) -> int:
+    """Bytes a tensor of this layout spans (0 if it is empty)."""
+    if 0 in shape:
+        return 0
+    last = sum((d - 1) * s for d, s in zip(shape, strides))
+    return (last + 1) * dtype.itemsize
 
 
 def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,11 @@ use std::sync::Mutex;
 /// Bytes of freed blocks kept for reuse, across all sizes.
 pub const CACHE_LIMIT: usize = 512 << 20;
 
-/// Bytes before each block: its size, keeping glibc's 16-byte alignment.
-const HEADER: usize = 16;
+/// Alignment of every block: one cache line, one AVX-512 vector.
+pub const ALIGN: usize = 64;
+
+/// Bytes before each block: its size, padded to keep the block aligned.
+const HEADER: usize = ALIGN;
 
 struct Cache {
     free: HashMap<usize, Vec<usize>>,
@@ -49,12 +52,13 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let Some(total) = size.checked_add(HEADER) else {
         return std::ptr::null_mut();
     };
+    let mut base = std::ptr::null_mut();
     // SAFETY: plain libc allocation; the header is written within it.
     unsafe {
-        let base = libc::malloc(total) as *mut usize;
-        if base.is_null() {
+        if libc::posix_memalign(&mut base, ALIGN, total) != 0 {
             return std::ptr::null_mut();
         }
+        let base = base as *mut usize;
         base.write(size);
         (base as *mut u8).add(HEADER) as *mut c_void
     }
@@ -96,7 +100,7 @@ mod tests {
         unsafe {
             let a = malloc(1_048_583);
             assert!(!a.is_null());
-            assert_eq!(a as usize % 16, 0);
+            assert_eq!(a as usize % ALIGN, 0);
             std::ptr::write_bytes(a as *mut u8, 7, 1_048_583);
             free(a);
             let b = malloc(1_048_583);

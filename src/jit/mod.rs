@@ -7,7 +7,7 @@
 //! which ORC asks before its own search of the process.
 
 mod abi;
-mod alloc;
+pub(crate) mod alloc;
 mod openmp;
 mod perfmap;
 mod split;

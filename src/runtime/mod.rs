@@ -3,6 +3,7 @@
 //! come from the compile cache ([`cache`]) when an identical graph was compiled before.
 
 pub mod cache;
+pub mod dlpack;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
@@ -258,6 +259,20 @@ fn build(
 }
 
 impl CompiledGraph {
+    /// A new tensor for output `index`, laid out as compiled, in a block of fxmlir's allocator
+    /// (see [`dlpack`]); the caller hands it to a DLPack consumer.
+    pub fn allocate_output(&self, index: usize) -> Result<*mut dlpack::ManagedTensor> {
+        let meta = self.outputs.get(index).ok_or_else(|| {
+            Error::Call(format!(
+                "graph `{}` has {} outputs, not {}",
+                self.name,
+                self.outputs.len(),
+                index + 1
+            ))
+        })?;
+        dlpack::allocate(meta)
+    }
+
     /// Runs the kernel on data pointers: the inputs, then the outputs, in graph order.
     ///
     /// # Safety
