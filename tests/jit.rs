@@ -163,7 +163,8 @@ fn dumps_every_stage() {
         "03-parallel.mlir",
         "04-bufferize.mlir",
         "05-loops.mlir",
-        "06-llvm.mlir",
+        "06-outline.mlir",
+        "07-llvm.mlir",
         "ll",
     ] {
         let path = dir.join(format!("dumped.{suffix}"));
@@ -193,6 +194,15 @@ fn unknown_pipeline_is_an_error() {
 
 /// `tanh(... tanh(x @ w0) ... @ w{n-1})` with x `[256, 128]` and each w `[128, 128]`: `n`
 /// matrix products, each large enough to be split across threads.
+/// The activation of layer `i` of [`matmul_chain`], and its reference. Distinct activations keep
+/// the layers from being merged into one function by the outline stage.
+const ACTIVATIONS: [(&str, fn(f64) -> f64); 4] = [
+    ("aten.tanh.default", f64::tanh),
+    ("aten.sin.default", f64::sin),
+    ("aten.cos.default", f64::cos),
+    ("aten.atan.default", f64::atan),
+];
+
 fn matmul_chain(name: &str, n: usize) -> fxmlir::Graph {
     let mut inputs = vec![input("x", meta(&[256, 128], DType::Float32))];
     let mut nodes = Vec::new();
@@ -206,12 +216,12 @@ fn matmul_chain(name: &str, n: usize) -> fxmlir::Graph {
             vec![meta(&[256, 128], DType::Float32)],
         ));
         nodes.push(node(
-            &format!("tanh{i}"),
-            "aten.tanh.default",
+            &format!("act{i}"),
+            ACTIVATIONS[i % ACTIVATIONS.len()].0,
             vec![r(&format!("mm{i}"))],
             vec![meta(&[256, 128], DType::Float32)],
         ));
-        last = format!("tanh{i}");
+        last = format!("act{i}");
     }
     graph(name, inputs, nodes, &[last.as_str()])
 }
@@ -227,14 +237,15 @@ fn a_kernel_compiled_in_parts_matches_the_reference() {
     let x = fill(256 * 128, 0);
     let weights: Vec<Vec<f32>> = (0..N).map(|i| fill(128 * 128, i + 1)).collect();
     let mut expected: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-    for w in &weights {
+    for (i, w) in weights.iter().enumerate() {
+        let activation = ACTIVATIONS[i % ACTIVATIONS.len()].1;
         let mut next = vec![0.0f64; 256 * 128];
         for row in 0..256 {
             for col in 0..128 {
                 let dot: f64 = (0..128)
                     .map(|k| expected[row * 128 + k] * f64::from(w[k * 128 + col]))
                     .sum();
-                next[row * 128 + col] = dot.tanh();
+                next[row * 128 + col] = activation(dot);
             }
         }
         expected = next;

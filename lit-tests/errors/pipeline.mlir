@@ -11,7 +11,7 @@
 // reported with MLIR's parser message; a failing stage names the stage, carries the diagnostics
 // with their locations, and writes its input as a reproducer that stock mlir-opt replays.
 
-// NAMED: fxmlir-opt: error: invalid pass pipeline `no-such-pipeline`: no such named pipeline; known: default, fusion, schedule, parallel, bufferize, loops, llvm, to-llvm
+// NAMED: fxmlir-opt: error: invalid pass pipeline `no-such-pipeline`: no such named pipeline; known: default, fusion, schedule, parallel, bufferize, loops, outline, llvm, to-llvm
 
 // UNKNOWN-PASS: fxmlir-opt: error: invalid pass pipeline `builtin.module(no-such-pass)`: failed to parse pass pipeline:
 // UNKNOWN-PASS: 'no-such-pass' does not refer to a registered pass or pass pipeline

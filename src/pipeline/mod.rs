@@ -5,6 +5,7 @@
 //! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
 //! replays with stock `mlir-opt`), after them it erases the script.
 
+pub mod outline;
 pub mod parallel;
 pub mod schedule;
 
@@ -40,15 +41,25 @@ pub enum Hook {
     /// [`parallel::attach`] before the passes, [`schedule::detach`] after them; skipped on
     /// failure like [`Hook::Schedule`] (the module stays single-threaded).
     Parallel,
+    /// [`outline::outline`] before the passes; should they fail, the module keeps its
+    /// outlined functions, duplicates included.
+    Outline,
 }
 
 impl Hook {
+    /// Whether the hook appends a transform script (dumped as the stage's
+    /// `NN-<stage>.transform.mlir`).
+    pub fn has_script(self) -> bool {
+        matches!(self, Hook::Schedule | Hook::Parallel)
+    }
+
     /// Appends the stage's transform script; returns how many ops it transforms.
     fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
         match self {
             Hook::None => Ok(0),
             Hook::Schedule => schedule::attach(context, module, threads),
             Hook::Parallel => parallel::attach(context, module, threads),
+            Hook::Outline => outline::outline(context, module),
         }
     }
 }
@@ -92,19 +103,28 @@ const BUFFERIZE: Stage = Stage {
 /// Structured ops to loop nests over memrefs. Vector transfers are unrolled to 1-D (the LLVM
 /// lowering handles no more). The thread chunks of the `parallel` stage become OpenMP
 /// worksharing loops (canonicalize then inlines the `memref.alloca_scope` that conversion
-/// wraps their bodies in) before scf becomes cf.
+/// wraps their bodies in).
 const LOOPS: Stage = Stage {
     name: "loops",
-    pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize,expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse)",
+    pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize)",
     hook: Hook::None,
 };
 
-/// Everything to the LLVM dialect. `approximate-log1p=false` keeps log1p exact (libm). Vector
-/// ops go after the math lowerings (libm calls on vectors are scalarised with vector ops);
-/// `vector.contract` becomes outer products (broadcast-FMA).
+/// Each top-level loop nest into a function of its own, one function per set of identical
+/// ones (see [`outline`]).
+const OUTLINE: Stage = Stage {
+    name: "outline",
+    pipeline: "builtin.module(duplicate-function-elimination)",
+    hook: Hook::Outline,
+};
+
+/// Everything to the LLVM dialect: strided metadata and affine maps to arithmetic, loops to
+/// branches, then the dialect conversions. `approximate-log1p=false` keeps log1p exact (libm).
+/// Vector ops go after the math lowerings (libm calls on vectors are scalarised with vector
+/// ops); `vector.contract` becomes outer products (broadcast-FMA).
 const LLVM: Stage = Stage {
     name: "llvm",
-    pipeline: "builtin.module(convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
+    pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
     hook: Hook::None,
 };
 
@@ -115,15 +135,16 @@ const LLVM: Stage = Stage {
 pub const PIPELINES: &[(&str, &[Stage])] = &[
     (
         "default",
-        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, LOOPS, LLVM],
+        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, LOOPS, OUTLINE, LLVM],
     ),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
     ("parallel", &[PARALLEL]),
     ("bufferize", &[BUFFERIZE]),
     ("loops", &[LOOPS]),
+    ("outline", &[OUTLINE]),
     ("llvm", &[LLVM]),
-    ("to-llvm", &[BUFFERIZE, LOOPS, LLVM]),
+    ("to-llvm", &[BUFFERIZE, LOOPS, OUTLINE, LLVM]),
 ];
 
 pub fn named(name: &str) -> Result<&'static [Stage]> {
@@ -271,7 +292,7 @@ pub fn run_stages<'c>(
                 Err(e) => {
                     tracing::warn!(
                         stage = stage.name,
-                        "cannot build the transform script; the stage is skipped: {e}"
+                        "cannot prepare the stage (its transform script or outlining); the stage is skipped: {e}"
                     );
                     schedule::detach(module);
                     skip = true;
@@ -280,7 +301,7 @@ pub fn run_stages<'c>(
         }
         // The input of the stage, for a reproducer should it fail.
         let before = print_module(module);
-        if let (Some(d), false, false) = (dumps, stage.hook == Hook::None, skip) {
+        if let (Some(d), true, false) = (dumps, stage.hook.has_script(), skip) {
             d.write(&transform_dump_suffix(number, stage), &before)?;
         }
         let result = if skip {

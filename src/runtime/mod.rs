@@ -226,7 +226,7 @@ fn build(
         for (i, stage) in stages.iter().enumerate() {
             // Written unless the transform script could not be built.
             let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
-            if stage.hook != pipeline::Hook::None && transform.exists() {
+            if stage.hook.has_script() && transform.exists() {
                 dumped.push(transform);
             }
             dumped.push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));

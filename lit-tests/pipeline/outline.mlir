@@ -1,0 +1,93 @@
+// RUN: fxmlir-opt --pipeline outline --split-input-file %s | FileCheck %s --enable-var-scope
+
+// The outline stage on loop-level code: each top-level computation moves into a private,
+// internal, noinline function (constants cloned in, everything else passed), called where it
+// was; identical functions are merged (duplicate-function-elimination). Buffer management
+// stays in the graph function.
+
+// Two identical nests on different buffers share one function; the reduction loop and the
+// store of its result are one function (the store uses the loop's value).
+// CHECK-LABEL: func.func @layers(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[ARG2:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK:         %[[BUF:.*]] = memref.alloc()
+// CHECK-NEXT:    call @[[RELU:layers_outlined[0-9]+]](%[[ARG0]], %[[BUF]])
+// CHECK-NEXT:    call @[[RELU]](%[[BUF]], %[[ARG1]])
+// CHECK-NEXT:    call @[[SUM:layers_outlined[0-9]+]](%[[ARG1]], %[[ARG2]])
+// CHECK-NEXT:    memref.dealloc %[[BUF]]
+// CHECK-NEXT:    return
+// CHECK:       func.func private @[[SUM]](
+// CHECK-SAME:      attributes {llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
+// CHECK:         %[[R:.*]] = scf.for {{.*}} iter_args
+// CHECK:         memref.store %[[R]]
+// CHECK-NEXT:    return
+// CHECK:       func.func private @[[RELU]](
+// CHECK-SAME:      %[[IN:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      %[[OUT:[a-zA-Z0-9_]+]]: memref<4x8xf32>
+// CHECK-SAME:      attributes {llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
+// CHECK-DAG:     %[[C4:.*]] = arith.constant 4 : index
+// CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
+// CHECK-DAG:     %[[ZERO:.*]] = arith.constant 0.000000e+00 : f32
+// CHECK:         scf.for %{{.*}} to %[[C4]]
+// CHECK-NEXT:      scf.for %{{.*}} to %[[C8]]
+// CHECK-NEXT:        memref.load %[[IN]]
+// CHECK-NEXT:        arith.maximumf %{{.*}}, %[[ZERO]]
+// CHECK-NEXT:        memref.store %{{.*}}, %[[OUT]]
+// CHECK-NOT:   func.func
+func.func @layers(%arg0: memref<4x8xf32>, %arg1: memref<4x8xf32>, %arg2: memref<4x8xf32>) attributes {llvm.emit_c_interface} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %cst = arith.constant 0.000000e+00 : f32
+  %alloc = memref.alloc() {alignment = 64 : i64} : memref<4x8xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    scf.for %j = %c0 to %c8 step %c1 {
+      %0 = memref.load %arg0[%i, %j] : memref<4x8xf32>
+      %1 = arith.maximumf %0, %cst : f32
+      memref.store %1, %alloc[%i, %j] : memref<4x8xf32>
+    }
+  }
+  scf.for %i = %c0 to %c4 step %c1 {
+    scf.for %j = %c0 to %c8 step %c1 {
+      %0 = memref.load %alloc[%i, %j] : memref<4x8xf32>
+      %1 = arith.maximumf %0, %cst : f32
+      memref.store %1, %arg1[%i, %j] : memref<4x8xf32>
+    }
+  }
+  %sum = scf.for %i = %c0 to %c4 step %c1 iter_args(%acc = %cst) -> (f32) {
+    %0 = memref.load %arg1[%i, %c0] : memref<4x8xf32>
+    %1 = arith.addf %acc, %0 : f32
+    scf.yield %1 : f32
+  }
+  memref.store %sum, %arg2[%c0, %c0] : memref<4x8xf32>
+  memref.dealloc %alloc : memref<4x8xf32>
+  return
+}
+
+// -----
+
+// A value a kept op uses (here the offset of a view) stays in the graph function; the loop
+// after it takes the view as an argument.
+// CHECK-LABEL: func.func @view(
+// CHECK:         %[[OFF:.*]] = arith.muli
+// CHECK-NEXT:    %[[VIEW:.*]] = memref.subview %{{.*}}[%[[OFF]]] [4] [1]
+// CHECK-NEXT:    call @[[FILL:view_outlined[0-9]+]](%[[VIEW]])
+// CHECK-NEXT:    return
+// CHECK:       func.func private @[[FILL]](%{{.*}}: memref<4xf32, strided<[1], offset: ?>>
+// CHECK:         scf.for
+// CHECK:           memref.store
+func.func @view(%arg0: memref<16xf32>, %arg1: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %cst = arith.constant 1.000000e+00 : f32
+  %offset = arith.muli %arg1, %c2 : index
+  %view = memref.subview %arg0[%offset] [4] [1] : memref<16xf32> to memref<4xf32, strided<[1], offset: ?>>
+  scf.for %i = %c0 to %c4 step %c1 {
+    memref.store %cst, %view[%i] : memref<4xf32, strided<[1], offset: ?>>
+  }
+  return
+}

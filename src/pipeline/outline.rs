@@ -1,0 +1,352 @@
+//! The `outline` stage: the computations of each function move into private functions of their
+//! own, called where they were; then `duplicate-function-elimination` keeps one of each set of
+//! identical functions.
+//!
+//! This is for compile time. Without it the graph function holds every op too small to run in
+//! parallel, and LLVM optimises and compiles it as one unit: on BERT (2 layers) that function
+//! was three quarters of the module and bounded the compile however many threads compiled the
+//! rest. Outlined, the computations are units the parallel compile balances across threads,
+//! and a model's repeated layers (the same ops on the same shapes and layouts) compile once.
+//!
+//! What stays in a function is its buffer management: allocations, deallocations, views and
+//! reshapes of buffers, constants and the return. Every other top-level op (a loop nest, an
+//! OpenMP region, a copy) is outlined as a function of its own, together with the ops that use
+//! the values it defines (a register-tiled loop and the vector code storing its accumulators):
+//! one op per function keeps the functions small and the repeated ones identical. An op whose
+//! values a kept op uses stays too. An outlined function takes the values its ops use from outside as
+//! arguments, in order of first use, except constants, which are cloned into it so that LLVM
+//! still sees constant loop bounds and steps. Outlined functions are internal and never
+//! inlined: inlining them back would undo both gains.
+
+use crate::error::{Error, Result};
+use melior::{
+    Context,
+    ir::{
+        Attribute, Block, BlockLike, BlockRef, Identifier, Location, Module, OperationRef, Region,
+        RegionLike, Type, Value, ValueLike,
+        attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute},
+        operation::{OperationLike, OperationResult, WalkOrder, WalkResult},
+        r#type::FunctionType,
+    },
+};
+use mlir_sys::{
+    MlirOperation, MlirValue, mlirBlockGetArgument, mlirBlockGetNextInRegion,
+    mlirBlockGetNumArguments, mlirOpOperandGetNextUse, mlirOpOperandGetOwner, mlirOpOperandIsNull,
+    mlirOperationClone, mlirOperationGetNumOperands, mlirOperationGetNumRegions,
+    mlirOperationGetNumResults, mlirOperationGetOperand, mlirOperationGetParentOperation,
+    mlirOperationGetRegion, mlirOperationGetResult, mlirOperationMoveBefore,
+    mlirOperationSetOperand, mlirRegionGetFirstBlock, mlirValueGetFirstUse,
+};
+use std::collections::{HashMap, HashSet};
+
+/// Top-level ops that stay in their function: buffer management and constants.
+const KEPT: &[&str] = &[
+    "arith.constant",
+    "ub.poison",
+    "memref.alloc",
+    "memref.alloca",
+    "memref.dealloc",
+    "memref.get_global",
+    "memref.subview",
+    "memref.expand_shape",
+    "memref.collapse_shape",
+    "memref.reinterpret_cast",
+    "memref.cast",
+    "func.call",
+    "func.return",
+];
+
+/// Ops cloned into an outlined function rather than passed to it.
+const CLONED: &[&str] = &["arith.constant", "ub.poison"];
+
+/// Attributes of an outlined function, which `func-to-llvm` carries over to the `llvm.func`:
+/// internal linkage and LLVM's `noinline`. (`func.func`'s own `no_inline` is for MLIR's
+/// inliner and is dropped by the conversion.)
+const ATTRIBUTES: &[(&str, &str)] = &[
+    ("llvm.linkage", "#llvm.linkage<internal>"),
+    ("passthrough", "[\"noinline\"]"),
+];
+
+fn failure(message: String) -> Error {
+    Error::Pipeline {
+        stage: "outline".to_string(),
+        diagnostics: message,
+        reproducer: String::new(),
+    }
+}
+
+fn op_name(op: &OperationRef) -> String {
+    op.name().as_string_ref().as_str().unwrap_or("").to_string()
+}
+
+fn key(value: MlirValue) -> usize {
+    value.ptr as usize
+}
+
+fn op_key(op: MlirOperation) -> usize {
+    op.ptr as usize
+}
+
+/// Calls `f` on every result of `op` and every argument of the blocks of its regions.
+///
+/// # Safety
+/// `op` is a live operation.
+unsafe fn for_each_definition(op: MlirOperation, mut f: impl FnMut(MlirValue)) {
+    // SAFETY: indices are within the op's counts; blocks are walked to the region's end.
+    unsafe {
+        for i in 0..mlirOperationGetNumResults(op) {
+            f(mlirOperationGetResult(op, i));
+        }
+        for r in 0..mlirOperationGetNumRegions(op) {
+            let mut block = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, r));
+            while !block.ptr.is_null() {
+                for a in 0..mlirBlockGetNumArguments(block) {
+                    f(mlirBlockGetArgument(block, a));
+                }
+                block = mlirBlockGetNextInRegion(block);
+            }
+        }
+    }
+}
+
+/// Calls `f` on every operand of every op in `run`, nested ops included, in order.
+fn for_each_use(run: &[OperationRef], mut f: impl FnMut(MlirOperation, isize, MlirValue)) {
+    for op in run {
+        op.walk(WalkOrder::PreOrder, |nested| {
+            let raw = nested.to_raw();
+            // SAFETY: `raw` is a live op during the walk; indices are within its count.
+            unsafe {
+                for i in 0..mlirOperationGetNumOperands(raw) {
+                    f(raw, i, mlirOperationGetOperand(raw, i));
+                }
+            }
+            WalkResult::Advance
+        });
+    }
+}
+
+/// The values the ops of `run` use but do not define, each once, in order of first use.
+fn captured(run: &[OperationRef]) -> Vec<MlirValue> {
+    let mut defined = HashSet::new();
+    for op in run {
+        op.walk(WalkOrder::PreOrder, |nested| {
+            // SAFETY: `nested` is live during the walk.
+            unsafe { for_each_definition(nested.to_raw(), |v| _ = defined.insert(key(v))) };
+            WalkResult::Advance
+        });
+    }
+    let mut seen = HashSet::new();
+    let mut values = Vec::new();
+    for_each_use(run, |_, _, value| {
+        if !defined.contains(&key(value)) && seen.insert(key(value)) {
+            values.push(value);
+        }
+    });
+    values
+}
+
+/// The position in `ops` (the top-level ops of `function`, by key) of the last op that uses a
+/// result of `op`, itself or an op nested in it; `None` if nothing uses its results.
+fn last_use(
+    function: MlirOperation,
+    positions: &HashMap<usize, usize>,
+    op: MlirOperation,
+) -> Option<usize> {
+    let mut last = None;
+    // SAFETY: `op` and every user of its results are live ops of `function`; walking up from a
+    // user reaches the top-level op of `function` that holds it.
+    unsafe {
+        for i in 0..mlirOperationGetNumResults(op) {
+            let mut usage = mlirValueGetFirstUse(mlirOperationGetResult(op, i));
+            while !mlirOpOperandIsNull(usage) {
+                let mut user = mlirOpOperandGetOwner(usage);
+                loop {
+                    let parent = mlirOperationGetParentOperation(user);
+                    if parent.ptr.is_null() || op_key(parent) == op_key(function) {
+                        break;
+                    }
+                    user = parent;
+                }
+                last = last.max(positions.get(&op_key(user)).copied());
+                usage = mlirOpOperandGetNextUse(usage);
+            }
+        }
+    }
+    last
+}
+
+/// The groups of `function`'s top-level ops to outline: each op that is not kept, together with
+/// the ops up to the last one using a value it (or an op after it in the group) defines, so that
+/// no value a group defines is used outside it. An op whose results are used by a kept op stays
+/// in the function.
+fn groups<'c, 'a>(
+    function: OperationRef<'c, 'a>,
+    block: BlockRef<'c, 'a>,
+) -> Vec<Vec<OperationRef<'c, 'a>>> {
+    let mut ops = Vec::new();
+    let mut next = block.first_operation();
+    while let Some(op) = next {
+        next = op.next_in_block();
+        ops.push(op);
+    }
+    let positions: HashMap<usize, usize> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| (op_key(op.to_raw()), i))
+        .collect();
+    let kept = |op: &OperationRef| KEPT.contains(&op_name(op).as_str());
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < ops.len() {
+        if kept(&ops[start]) {
+            start += 1;
+            continue;
+        }
+        let mut end = start;
+        let mut i = start;
+        let mut closed = true;
+        while i <= end {
+            if kept(&ops[i]) {
+                closed = false;
+                break;
+            }
+            end = end.max(last_use(function.to_raw(), &positions, ops[i].to_raw()).unwrap_or(i));
+            i += 1;
+        }
+        if closed {
+            groups.push(ops[start..=end].to_vec());
+            start = end + 1;
+        } else {
+            start += 1;
+        }
+    }
+    groups
+}
+
+/// The op defining `value` if it is one to clone (a constant).
+fn cloned_definition<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
+    let owner = OperationResult::try_from(value).ok()?.owner();
+    CLONED.contains(&op_name(&owner).as_str()).then_some(owner)
+}
+
+/// Outlines the computations of every function defined in `module`; returns how many
+/// functions it made.
+pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
+    let body = module.body();
+    let mut functions = Vec::new();
+    let mut next = body.first_operation();
+    while let Some(op) = next {
+        if op_name(&op) == "func.func" && op.region(0).is_ok_and(|r| r.first_block().is_some()) {
+            functions.push(op);
+        }
+        next = op.next_in_block();
+    }
+    let mut count = 0;
+    for function in functions {
+        let name = function
+            .attribute("sym_name")
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .map(|s| s.value().to_string())
+            .ok_or_else(|| failure("a function without a name".to_string()))?;
+        let Some(block) = function.region(0).ok().and_then(|r| r.first_block()) else {
+            continue;
+        };
+        for run in groups(function, block) {
+            let callee = format!("{name}_outlined{count}");
+            outline_run(context, &body, function, block, &run, &callee)?;
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// Moves the ops of `run` (consecutive, in `block`, the body of `function`) into a new
+/// function `callee` placed after `function` in the module body, and calls it in their place.
+fn outline_run<'c, 'a>(
+    context: &'c Context,
+    module_body: &BlockRef<'c, 'a>,
+    function: OperationRef<'c, 'a>,
+    block: BlockRef<'c, 'a>,
+    run: &[OperationRef<'c, 'a>],
+    callee: &str,
+) -> Result<()> {
+    let Some(first) = run.first() else {
+        return Ok(());
+    };
+    let location = first.location();
+    // SAFETY: the captured values are live values of `function`.
+    let captured: Vec<Value<'c, 'a>> = captured(run)
+        .into_iter()
+        .map(|v| unsafe { Value::from_raw(v) })
+        .collect();
+    let (constants, arguments): (Vec<&Value<'c, 'a>>, Vec<&Value<'c, 'a>>) = captured
+        .iter()
+        .partition(|v| cloned_definition(**v).is_some());
+
+    let types: Vec<Type> = arguments.iter().map(|v| v.r#type()).collect();
+    let entry = Block::new(
+        &types
+            .iter()
+            .map(|t| (*t, location))
+            .collect::<Vec<(Type, Location)>>(),
+    );
+    let mut replacements: HashMap<usize, MlirValue> = HashMap::new();
+    for (i, value) in arguments.iter().enumerate() {
+        let argument = entry.argument(i).map_err(|e| failure(e.to_string()))?;
+        replacements.insert(key(value.to_raw()), argument.to_raw());
+    }
+    for value in &constants {
+        if let Some(definition) = cloned_definition(**value) {
+            // SAFETY: cloning a live op gives a new op with no parent, which the block takes.
+            let clone =
+                unsafe { melior::ir::Operation::from_raw(mlirOperationClone(definition.to_raw())) };
+            let clone = entry.append_operation(clone);
+            let result = clone.result(0).map_err(|e| failure(e.to_string()))?;
+            replacements.insert(key(value.to_raw()), result.to_raw());
+        }
+    }
+    let terminator = entry.append_operation(melior::dialect::func::r#return(&[], location));
+    let region = Region::new();
+    region.append_block(entry);
+    let mut attributes = vec![(
+        Identifier::new(context, "sym_visibility"),
+        StringAttribute::new(context, "private").into(),
+    )];
+    for (name, value) in ATTRIBUTES {
+        let attribute = Attribute::parse(context, value)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {value}")))?;
+        attributes.push((Identifier::new(context, name), attribute));
+    }
+    let new_function = melior::dialect::func::func(
+        context,
+        StringAttribute::new(context, callee),
+        TypeAttribute::new(FunctionType::new(context, &types, &[]).into()),
+        region,
+        &attributes,
+        location,
+    );
+    module_body.insert_operation_after(function, new_function);
+
+    let call = melior::dialect::func::call(
+        context,
+        FlatSymbolRefAttribute::new(context, callee),
+        &arguments.iter().map(|v| **v).collect::<Vec<_>>(),
+        &[],
+        location,
+    );
+    block.insert_operation_before(*first, call);
+    for op in run {
+        // SAFETY: `op` is live and owned by `block`; moving it hands it to the new function's
+        // entry block, ahead of its terminator, keeping the run's order.
+        unsafe { mlirOperationMoveBefore(op.to_raw(), terminator.to_raw()) };
+    }
+    for_each_use(run, |user, index, value| {
+        if let Some(&with) = replacements.get(&key(value)) {
+            // SAFETY: `user` is live; the replacement has the type of the value it replaces (a
+            // block argument of that type, or the result of a clone of its definition).
+            unsafe { mlirOperationSetOperand(user, index, with) };
+        }
+    });
+    Ok(())
+}
