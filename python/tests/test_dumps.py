@@ -17,7 +17,8 @@ STAGES = [
     "03-parallel",
     "04-bufferize",
     "05-loops",
-    "06-llvm",
+    "06-outline",
+    "07-llvm",
 ]
 # The schedule stage's pass pipeline; its input dump (transform script inside) replays with it.
 SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,canonicalize)"
@@ -67,6 +68,6 @@ def test_dump_dir_from_environment_and_log_from_python(tmp_path):
     env = dict(os.environ, FXMLIR_DUMP_DIR=str(tmp_path), FXMLIR_LOG="debug")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert list(tmp_path.glob("*.06-llvm.mlir"))
+    assert list(tmp_path.glob("*.07-llvm.mlir"))
     for needle in ("fusion", "bufferize", "llvm-opt", "compiled graph"):
         assert needle in out.stderr, out.stderr
