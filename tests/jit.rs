@@ -194,9 +194,12 @@ fn unknown_pipeline_is_an_error() {
 
 /// `tanh(... tanh(x @ w0) ... @ w{n-1})` with x `[256, 128]` and each w `[128, 128]`: `n`
 /// matrix products, each large enough to be split across threads.
+/// An activation op and its reference.
+type Activation = (&'static str, fn(f64) -> f64);
+
 /// The activation of layer `i` of [`matmul_chain`], and its reference. Distinct activations keep
 /// the layers from being merged into one function by the outline stage.
-const ACTIVATIONS: [(&str, fn(f64) -> f64); 4] = [
+const ACTIVATIONS: [Activation; 4] = [
     ("aten.tanh.default", f64::tanh),
     ("aten.sin.default", f64::sin),
     ("aten.cos.default", f64::cos),

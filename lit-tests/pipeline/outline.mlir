@@ -91,3 +91,30 @@ func.func @view(%arg0: memref<16xf32>, %arg1: index) {
   }
   return
 }
+
+// -----
+
+// Private functions (those outlined before, say) are left alone: the stage changes nothing the
+// second time.
+// CHECK-LABEL: func.func @again(
+// CHECK-NEXT:    call @[[DONE:again_outlined0]](%{{.*}})
+// CHECK-NEXT:    return
+// CHECK:       func.func private @[[DONE]](
+// CHECK-NEXT:    %[[C0:.*]] = arith.constant 0 : index
+// CHECK:         scf.for
+// CHECK-NOT:   call
+// CHECK-NOT:   func.func
+func.func @again(%arg0: memref<4xf32>) {
+  call @again_outlined0(%arg0) : (memref<4xf32>) -> ()
+  return
+}
+func.func private @again_outlined0(%arg0: memref<4xf32>) attributes {llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %cst = arith.constant 1.000000e+00 : f32
+  scf.for %i = %c0 to %c4 step %c1 {
+    memref.store %cst, %arg0[%i] : memref<4xf32>
+  }
+  return
+}

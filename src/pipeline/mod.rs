@@ -229,11 +229,15 @@ impl Drop for Diagnostics<'_> {
 
 /// Prints a module with debug locations, so that stock `mlir-opt` reads back the node names.
 pub fn print_module(module: &Module) -> String {
+    print_operation(&module.as_operation())
+}
+
+/// Prints an operation (a module) as [`print_module`] does.
+fn print_operation(operation: &melior::ir::Operation) -> String {
     use melior::ir::operation::OperationPrintingFlags;
-    module
-        .as_operation()
+    operation
         .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
-        .unwrap_or_else(|_| module.as_operation().to_string())
+        .unwrap_or_else(|_| operation.to_string())
 }
 
 /// Verifies a module, returning the diagnostics on failure.
@@ -299,10 +303,14 @@ pub fn run_stages<'c>(
                 }
             }
         }
-        // The input of the stage, for a reproducer should it fail.
-        let before = print_module(module);
+        // A copy of the stage's input, printed only for a dump or a reproducer (cloning is
+        // several times cheaper than printing), and kept to fall back on.
+        let before = melior::ir::Operation::clone(&module.as_operation());
         if let (Some(d), true, false) = (dumps, stage.hook.has_script(), skip) {
-            d.write(&transform_dump_suffix(number, stage), &before)?;
+            d.write(
+                &transform_dump_suffix(number, stage),
+                &print_operation(&before),
+            )?;
         }
         let result = if skip {
             Ok(())
@@ -313,7 +321,7 @@ pub fn run_stages<'c>(
             (Ok(()), Hook::None) => {}
             (Ok(()), _) => schedule::detach(module),
             (Err(Error::Pipeline { diagnostics, .. }), Hook::None) => {
-                let reproducer = write_reproducer(&before, stage, dumps)?;
+                let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 return Err(Error::Pipeline {
                     stage: stage.name.to_string(),
                     diagnostics,
@@ -321,14 +329,18 @@ pub fn run_stages<'c>(
                 });
             }
             (Err(Error::Pipeline { diagnostics, .. }), _) => {
-                // Transform scripts are optimisations: keep the untransformed module rather
-                // than fail.
-                let reproducer = write_reproducer(&before, stage, dumps)?;
+                // Hook stages (transform scripts, outlining) are optimisations: keep the
+                // stage's input rather than fail.
+                let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 tracing::warn!(
                     stage = stage.name,
-                    "the transform script failed; the stage is skipped:\n{diagnostics}{reproducer}"
+                    "the stage's passes failed; it is skipped:\n{diagnostics}{reproducer}"
                 );
-                *module = reparse(context, stage, &before)?;
+                *module = Module::from_operation(before).ok_or_else(|| Error::Pipeline {
+                    stage: stage.name.to_string(),
+                    diagnostics: "cannot restore the stage input after a failure".to_string(),
+                    reproducer: String::new(),
+                })?;
                 schedule::detach(module);
             }
             (Err(e), _) => return Err(e),
@@ -356,19 +368,6 @@ pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
     format!("{number:02}-{}.transform.mlir", stage.name)
 }
 
-/// Parses a module this process printed (a stage input kept for recovery).
-fn reparse<'c>(context: &'c Context, stage: &Stage, text: &str) -> Result<Module<'c>> {
-    let diagnostics = Diagnostics::capture(context);
-    Module::parse(context, text).ok_or_else(|| Error::Pipeline {
-        stage: stage.name.to_string(),
-        diagnostics: format!(
-            "cannot restore the stage input after a failure:\n{}",
-            diagnostics.take()
-        ),
-        reproducer: String::new(),
-    })
-}
-
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.
 fn write_reproducer(text: &str, stage: &Stage, dumps: Option<&Dumps>) -> Result<String> {
     let path = match dumps {
@@ -387,4 +386,46 @@ fn write_reproducer(text: &str, stage: &Stage, dumps: Option<&Dumps>) -> Result<
         stage.pipeline,
         path.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hook stage whose passes fail keeps the module as the hook left it (here: outlined,
+    /// with the unresolvable cast that made `reconcile-unrealized-casts` fail) and goes on.
+    #[test]
+    fn a_failing_hook_stage_restores_its_input() {
+        let context = crate::context::new_context();
+        let mut module = Module::parse(
+            &context,
+            r#"
+            func.func @g(%arg0: memref<4xf32>) -> i64 {
+              %c0 = arith.constant 0 : index
+              %c1 = arith.constant 1 : index
+              %c4 = arith.constant 4 : index
+              %cst = arith.constant 1.0 : f32
+              scf.for %i = %c0 to %c4 step %c1 {
+                memref.store %cst, %arg0[%i] : memref<4xf32>
+              }
+              %cast = builtin.unrealized_conversion_cast %c0 : index to i64
+              return %cast : i64
+            }"#,
+        )
+        .expect("parses");
+        let failing = Stage {
+            name: "failing",
+            pipeline: "builtin.module(reconcile-unrealized-casts)",
+            hook: Hook::Outline,
+        };
+        let timings = run_stages(&context, &mut module, &[failing], None, 1, 1).expect("goes on");
+        assert_eq!(timings.len(), 1);
+        assert!(module.as_operation().verify());
+        let text = print_module(&module);
+        assert!(text.contains("call @g_outlined0"), "{text}");
+        assert!(
+            text.contains("builtin.unrealized_conversion_cast"),
+            "{text}"
+        );
+    }
 }

@@ -109,9 +109,9 @@ unsafe fn for_each_definition(op: MlirOperation, mut f: impl FnMut(MlirValue)) {
     }
 }
 
-/// Calls `f` on every operand of every op in `run`, nested ops included, in order.
-fn for_each_use(run: &[OperationRef], mut f: impl FnMut(MlirOperation, isize, MlirValue)) {
-    for op in run {
+/// Calls `f` on every operand of every op in `group`, nested ops included, in order.
+fn for_each_use(group: &[OperationRef], mut f: impl FnMut(MlirOperation, isize, MlirValue)) {
+    for op in group {
         op.walk(WalkOrder::PreOrder, |nested| {
             let raw = nested.to_raw();
             // SAFETY: `raw` is a live op during the walk; indices are within its count.
@@ -125,10 +125,10 @@ fn for_each_use(run: &[OperationRef], mut f: impl FnMut(MlirOperation, isize, Ml
     }
 }
 
-/// The values the ops of `run` use but do not define, each once, in order of first use.
-fn captured(run: &[OperationRef]) -> Vec<MlirValue> {
+/// The values the ops of `group` use but do not define, each once, in order of first use.
+fn captured(group: &[OperationRef]) -> Vec<MlirValue> {
     let mut defined = HashSet::new();
-    for op in run {
+    for op in group {
         op.walk(WalkOrder::PreOrder, |nested| {
             // SAFETY: `nested` is live during the walk.
             unsafe { for_each_definition(nested.to_raw(), |v| _ = defined.insert(key(v))) };
@@ -137,7 +137,7 @@ fn captured(run: &[OperationRef]) -> Vec<MlirValue> {
     }
     let mut seen = HashSet::new();
     let mut values = Vec::new();
-    for_each_use(run, |_, _, value| {
+    for_each_use(group, |_, _, value| {
         if !defined.contains(&key(value)) && seen.insert(key(value)) {
             values.push(value);
         }
@@ -229,14 +229,23 @@ fn cloned_definition<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a
     CLONED.contains(&op_name(&owner).as_str()).then_some(owner)
 }
 
-/// Outlines the computations of every function defined in `module`; returns how many
-/// functions it made.
+/// Outlines the computations of every public function defined in `module` (the graph
+/// function; private ones, such as functions outlined before, are left alone, so running the
+/// stage again changes nothing); returns how many functions it made.
 pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
     let body = module.body();
     let mut functions = Vec::new();
     let mut next = body.first_operation();
     while let Some(op) = next {
-        if op_name(&op) == "func.func" && op.region(0).is_ok_and(|r| r.first_block().is_some()) {
+        let private = op
+            .attribute("sym_visibility")
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .is_some_and(|v| v.value() == "private");
+        if op_name(&op) == "func.func"
+            && !private
+            && op.region(0).is_ok_and(|r| r.first_block().is_some())
+        {
             functions.push(op);
         }
         next = op.next_in_block();
@@ -252,31 +261,31 @@ pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
         let Some(block) = function.region(0).ok().and_then(|r| r.first_block()) else {
             continue;
         };
-        for run in groups(function, block) {
+        for group in groups(function, block) {
             let callee = format!("{name}_outlined{count}");
-            outline_run(context, &body, function, block, &run, &callee)?;
+            outline_group(context, &body, function, block, &group, &callee)?;
             count += 1;
         }
     }
     Ok(count)
 }
 
-/// Moves the ops of `run` (consecutive, in `block`, the body of `function`) into a new
+/// Moves the ops of `group` (consecutive, in `block`, the body of `function`) into a new
 /// function `callee` placed after `function` in the module body, and calls it in their place.
-fn outline_run<'c, 'a>(
+fn outline_group<'c, 'a>(
     context: &'c Context,
     module_body: &BlockRef<'c, 'a>,
     function: OperationRef<'c, 'a>,
     block: BlockRef<'c, 'a>,
-    run: &[OperationRef<'c, 'a>],
+    group: &[OperationRef<'c, 'a>],
     callee: &str,
 ) -> Result<()> {
-    let Some(first) = run.first() else {
+    let Some(first) = group.first() else {
         return Ok(());
     };
     let location = first.location();
     // SAFETY: the captured values are live values of `function`.
-    let captured: Vec<Value<'c, 'a>> = captured(run)
+    let captured: Vec<Value<'c, 'a>> = captured(group)
         .into_iter()
         .map(|v| unsafe { Value::from_raw(v) })
         .collect();
@@ -336,12 +345,12 @@ fn outline_run<'c, 'a>(
         location,
     );
     block.insert_operation_before(*first, call);
-    for op in run {
+    for op in group {
         // SAFETY: `op` is live and owned by `block`; moving it hands it to the new function's
-        // entry block, ahead of its terminator, keeping the run's order.
+        // entry block, ahead of its terminator, keeping the group's order.
         unsafe { mlirOperationMoveBefore(op.to_raw(), terminator.to_raw()) };
     }
-    for_each_use(run, |user, index, value| {
+    for_each_use(group, |user, index, value| {
         if let Some(&with) = replacements.get(&key(value)) {
             // SAFETY: `user` is live; the replacement has the type of the value it replaces (a
             // block argument of that type, or the result of a clone of its definition).
