@@ -125,6 +125,18 @@ impl Kernel {
         self.compiled.inputs.len() + self.compiled.outputs.len()
     }
 
+    /// Bytes each output spans, as laid out (what `output_buffer` allocates; 0 if empty).
+    #[getter]
+    fn output_bytes(&self) -> PyResult<Vec<usize>> {
+        guard(|| {
+            self.compiled
+                .outputs
+                .iter()
+                .map(dlpack::extent_bytes)
+                .collect()
+        })
+    }
+
     /// A new, uninitialised tensor for output `index` as a DLPack capsule (for
     /// `torch.from_dlpack`), in a block of fxmlir's allocator that returns to it, already
     /// mapped, when torch frees the tensor.

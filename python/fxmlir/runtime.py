@@ -3,6 +3,7 @@ the outputs with torch, pass data pointers to the kernel (no copies), assemble t
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -92,13 +93,16 @@ class CompiledGraph:
         metas = []
         for ref in doc["outputs"]:
             metas.append(_meta_of(doc, ref))
-        self.outputs = [
+        outputs = [
             (torch.Size(m["shape"]), tuple(m["strides"]), _TORCH_DTYPES[m["dtype"]]) for m in metas
         ]
-        # Per output: its index if fxmlir allocates it, else None.
-        self.pooled = [
-            i if _extent_bytes(shape, strides, dtype) >= POOLED_OUTPUT_BYTES else None
-            for i, (shape, strides, dtype) in enumerate(self.outputs)
+        # Per output, what allocates it: fxmlir's allocator (large ones), else torch.
+        sizes = kernel.output_bytes if kernel is not None else [0] * len(outputs)
+        self.allocators = [
+            functools.partial(_pooled, kernel, i)
+            if size >= POOLED_OUTPUT_BYTES
+            else functools.partial(torch.empty_strided, shape, strides, dtype=dtype)
+            for i, (size, (shape, strides, dtype)) in enumerate(zip(sizes, outputs))
         ]
 
     @property
@@ -110,13 +114,7 @@ class CompiledGraph:
             results: list[Any] = []
         else:
             pointers = [spec.check(self.name, args[spec.arg]).data_ptr() for spec in self.inputs]
-            kernel = self.kernel
-            results = [
-                torch.empty_strided(shape, strides, dtype=dtype)
-                if pooled is None
-                else torch.from_dlpack(kernel.output_buffer(pooled))
-                for pooled, (shape, strides, dtype) in zip(self.pooled, self.outputs)
-            ]
+            results = [allocate() for allocate in self.allocators]
             pointers.extend(t.data_ptr() for t in results)
             self.kernel.run(pointers)
         out = []
@@ -130,12 +128,9 @@ class CompiledGraph:
         return out
 
 
-def _extent_bytes(shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype) -> int:
-    """Bytes a tensor of this layout spans (0 if it is empty)."""
-    if 0 in shape:
-        return 0
-    last = sum((d - 1) * s for d, s in zip(shape, strides))
-    return (last + 1) * dtype.itemsize
+def _pooled(kernel: _fxmlir.Kernel, index: int) -> torch.Tensor:
+    """A new tensor for output ``index`` in a block of fxmlir's allocator."""
+    return torch.from_dlpack(kernel.output_buffer(index))
 
 
 def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:

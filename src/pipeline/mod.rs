@@ -62,6 +62,14 @@ impl Hook {
             Hook::Outline => outline::outline(context, module),
         }
     }
+
+    /// Erases what [`Hook::attach`] added for the passes (the transform script and its tags);
+    /// outlining leaves nothing to erase.
+    fn detach(self, module: &mut Module) {
+        if self.has_script() {
+            schedule::detach(module);
+        }
+    }
 }
 
 /// Fuse elementwise producers into consumers on tensors, then make each graph output's producer
@@ -292,13 +300,13 @@ pub fn run_stages<'c>(
         let mut skip = false;
         if stage.hook != Hook::None {
             match stage.hook.attach(context, module, threads) {
-                Ok(count) => tracing::debug!(stage = stage.name, ops = count, "script attached"),
+                Ok(count) => tracing::debug!(stage = stage.name, ops = count, "hook ran"),
                 Err(e) => {
                     tracing::warn!(
                         stage = stage.name,
                         "cannot prepare the stage (its transform script or outlining); the stage is skipped: {e}"
                     );
-                    schedule::detach(module);
+                    stage.hook.detach(module);
                     skip = true;
                 }
             }
@@ -318,8 +326,7 @@ pub fn run_stages<'c>(
             run_pipeline_text(context, module, stage.pipeline)
         };
         match (result, stage.hook) {
-            (Ok(()), Hook::None) => {}
-            (Ok(()), _) => schedule::detach(module),
+            (Ok(()), hook) => hook.detach(module),
             (Err(Error::Pipeline { diagnostics, .. }), Hook::None) => {
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 return Err(Error::Pipeline {
@@ -341,7 +348,7 @@ pub fn run_stages<'c>(
                     diagnostics: "cannot restore the stage input after a failure".to_string(),
                     reproducer: String::new(),
                 })?;
-                schedule::detach(module);
+                stage.hook.detach(module);
             }
             (Err(e), _) => return Err(e),
         }

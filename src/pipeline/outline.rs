@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use melior::{
     Context,
     ir::{
-        Attribute, Block, BlockLike, BlockRef, Identifier, Location, Module, OperationRef, Region,
+        Attribute, Block, BlockLike, BlockRef, Identifier, Module, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
         attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute},
         operation::{OperationLike, OperationResult, WalkOrder, WalkResult},
@@ -250,6 +250,15 @@ pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
         }
         next = op.next_in_block();
     }
+    let mut attributes = vec![(
+        Identifier::new(context, "sym_visibility"),
+        StringAttribute::new(context, "private").into(),
+    )];
+    for (name, value) in ATTRIBUTES {
+        let attribute = Attribute::parse(context, value)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {value}")))?;
+        attributes.push((Identifier::new(context, name), attribute));
+    }
     let mut count = 0;
     for function in functions {
         let name = function
@@ -263,7 +272,15 @@ pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
         };
         for group in groups(function, block) {
             let callee = format!("{name}_outlined{count}");
-            outline_group(context, &body, function, block, &group, &callee)?;
+            outline_group(
+                context,
+                &body,
+                function,
+                block,
+                &group,
+                &callee,
+                &attributes,
+            )?;
             count += 1;
         }
     }
@@ -279,60 +296,50 @@ fn outline_group<'c, 'a>(
     block: BlockRef<'c, 'a>,
     group: &[OperationRef<'c, 'a>],
     callee: &str,
+    attributes: &[(Identifier<'c>, Attribute<'c>)],
 ) -> Result<()> {
     let Some(first) = group.first() else {
         return Ok(());
     };
     let location = first.location();
-    // SAFETY: the captured values are live values of `function`.
-    let captured: Vec<Value<'c, 'a>> = captured(group)
-        .into_iter()
-        .map(|v| unsafe { Value::from_raw(v) })
-        .collect();
-    let (constants, arguments): (Vec<&Value<'c, 'a>>, Vec<&Value<'c, 'a>>) = captured
-        .iter()
-        .partition(|v| cloned_definition(**v).is_some());
-
-    let types: Vec<Type> = arguments.iter().map(|v| v.r#type()).collect();
-    let entry = Block::new(
-        &types
-            .iter()
-            .map(|t| (*t, location))
-            .collect::<Vec<(Type, Location)>>(),
-    );
+    // One pass over the captured values: constants are cloned into the entry block, every
+    // other value becomes an argument.
+    let entry = Block::new(&[]);
+    let mut arguments: Vec<Value<'c, 'a>> = Vec::new();
     let mut replacements: HashMap<usize, MlirValue> = HashMap::new();
-    for (i, value) in arguments.iter().enumerate() {
-        let argument = entry.argument(i).map_err(|e| failure(e.to_string()))?;
-        replacements.insert(key(value.to_raw()), argument.to_raw());
+    for raw in captured(group) {
+        // SAFETY: the captured values are live values of `function`.
+        let value = unsafe { Value::from_raw(raw) };
+        let replacement = match cloned_definition(value) {
+            Some(definition) => {
+                // SAFETY: cloning a live op gives a new op with no parent, which the block
+                // takes.
+                let clone = unsafe {
+                    melior::ir::Operation::from_raw(mlirOperationClone(definition.to_raw()))
+                };
+                let clone = entry.append_operation(clone);
+                clone
+                    .result(0)
+                    .map_err(|e| failure(e.to_string()))?
+                    .to_raw()
+            }
+            None => {
+                arguments.push(value);
+                entry.add_argument(value.r#type(), location).to_raw()
+            }
+        };
+        replacements.insert(key(raw), replacement);
     }
-    for value in &constants {
-        if let Some(definition) = cloned_definition(**value) {
-            // SAFETY: cloning a live op gives a new op with no parent, which the block takes.
-            let clone =
-                unsafe { melior::ir::Operation::from_raw(mlirOperationClone(definition.to_raw())) };
-            let clone = entry.append_operation(clone);
-            let result = clone.result(0).map_err(|e| failure(e.to_string()))?;
-            replacements.insert(key(value.to_raw()), result.to_raw());
-        }
-    }
+    let types: Vec<Type> = arguments.iter().map(|v| v.r#type()).collect();
     let terminator = entry.append_operation(melior::dialect::func::r#return(&[], location));
     let region = Region::new();
     region.append_block(entry);
-    let mut attributes = vec![(
-        Identifier::new(context, "sym_visibility"),
-        StringAttribute::new(context, "private").into(),
-    )];
-    for (name, value) in ATTRIBUTES {
-        let attribute = Attribute::parse(context, value)
-            .ok_or_else(|| failure(format!("cannot parse the attribute {value}")))?;
-        attributes.push((Identifier::new(context, name), attribute));
-    }
     let new_function = melior::dialect::func::func(
         context,
         StringAttribute::new(context, callee),
         TypeAttribute::new(FunctionType::new(context, &types, &[]).into()),
         region,
-        &attributes,
+        attributes,
         location,
     );
     module_body.insert_operation_after(function, new_function);
@@ -340,7 +347,7 @@ fn outline_group<'c, 'a>(
     let call = melior::dialect::func::call(
         context,
         FlatSymbolRefAttribute::new(context, callee),
-        &arguments.iter().map(|v| **v).collect::<Vec<_>>(),
+        &arguments,
         &[],
         location,
     );
