@@ -63,7 +63,8 @@ def run_backend(
     result: dict[str, Any] = {}
     since = _last_seq()
     try:
-        compiled, out, result["first_call_ms"] = measure.first_call(backend, fn, args)
+        compiled, out, times = measure.first_call(backend, fn, args)
+        result.update(times)
         result["check"] = measure.check(out, expected)
         if backend == "fxmlir":
             result["compile"] = fxmlir_compiles(since)

@@ -93,6 +93,12 @@ def first_call(row: dict[str, Any], backend: str) -> float | None:
     return result.get("first_call_ms") if ok(result) else None
 
 
+def backend_compile(row: dict[str, Any], backend: str) -> float | None:
+    """The part of the first call Dynamo spent in the backend (aot_autograd and the compile)."""
+    result = row.get(backend) or {}
+    return result.get("backend_compile_ms") if ok(result) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Summary lines
 
@@ -165,16 +171,32 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 )
             )
         comp, missing = _ratios(
-            models, lambda r: ratio(first_call(r, "fxmlir"), first_call(r, "inductor"))
+            models, lambda r: ratio(backend_compile(r, "fxmlir"), backend_compile(r, "inductor"))
         )
         g = geomean(comp.values())
         lines.append(
             _line(
                 "compile_geomean",
-                f"first-call (compile) time fxmlir/Inductor cold, geomean over {len(comp)} "
-                f"model cases: {g:.3f} (1/{1 / g:.1f})" + _missing(missing),
+                f"compile time (in the backend: aot_autograd + the compiler) fxmlir/Inductor "
+                f"cold, geomean over {len(comp)} model cases: {g:.3f} (1/{1 / g:.1f})"
+                + _missing(missing),
                 f"<= {COMPILE_BAR} (1/10)",
                 None if not comp else g <= COMPILE_BAR and not missing,
+                g,
+            )
+        )
+        first, missing = _ratios(
+            models, lambda r: ratio(first_call(r, "fxmlir"), first_call(r, "inductor"))
+        )
+        g = geomean(first.values())
+        lines.append(
+            _line(
+                "first_call_geomean",
+                f"first call (Dynamo's tracing + the backend + one run) fxmlir/Inductor cold, "
+                f"geomean over {len(first)} model cases: {g:.3f} (1/{1 / g:.1f})"
+                + _missing(missing),
+                f"<= {COMPILE_BAR} (1/10)",
+                None if not first else g <= COMPILE_BAR and not missing,
                 g,
             )
         )
@@ -300,8 +322,11 @@ def model_table(results: dict[str, Any]) -> list[str]:
                 fmt(ratio(fx, eager), ".2f"),
                 fmt(first_call(r, "inductor"), ".0f"),
                 fmt(first_call(r, "fxmlir"), ".0f"),
-                fmt(compile_ms, ".0f"),
                 fmt(ratio(first_call(r, "fxmlir"), first_call(r, "inductor")), ".3f"),
+                fmt(backend_compile(r, "inductor"), ".0f"),
+                fmt(backend_compile(r, "fxmlir"), ".0f"),
+                fmt(compile_ms, ".0f"),
+                fmt(ratio(backend_compile(r, "fxmlir"), backend_compile(r, "inductor")), ".3f"),
                 status(r),
             ]
         )
@@ -314,11 +339,18 @@ def model_table(results: dict[str, Any]) -> list[str]:
         "fxmlir/eager",
         "Inductor first call ms",
         "fxmlir first call ms",
-        "fxmlir compile ms",
         "first call fxmlir/Inductor",
+        "Inductor backend ms",
+        "fxmlir backend ms",
+        "fxmlir compile ms",
+        "backend fxmlir/Inductor",
         "matches eager",
     ]
     notes = [
+        "Backend ms: the part of the first call Dynamo spent in the backend (aot_autograd and "
+        "the compiler; Dynamo's own tracing and guards are the rest). fxmlir compile ms: "
+        "fxmlir's own stages, within it.",
+        "",
         f"A time followed by (min …) spread widely: the middle half of its calls covers more "
         f"than {NOISY_IQR:.0%} of the median.",
         "",

@@ -2,7 +2,8 @@
 //! and the process-wide pass registration.
 
 use melior::{Context, dialect::DialectRegistry, utility};
-use std::sync::Once;
+use std::ffi::CString;
+use std::sync::{Once, OnceLock};
 
 /// Dialects loaded up front so that generically built operations resolve.
 const DIALECTS: &[&str] = &[
@@ -25,6 +26,7 @@ const DIALECTS: &[&str] = &[
 /// A fresh context with every upstream dialect registered and ours loaded. Multithreading is
 /// off: each graph is a single function and a thread pool costs more than it saves here.
 pub fn new_context() -> Context {
+    command_line_options();
     let registry = DialectRegistry::new();
     utility::register_all_dialects(&registry);
     let context = Context::new_with_registry(&registry, false);
@@ -39,4 +41,69 @@ pub fn new_context() -> Context {
 pub fn register_passes() {
     static ONCE: Once = Once::new();
     ONCE.call_once(utility::register_all_passes);
+}
+
+/// Options fxmlir sets through LLVM's command-line parser (which MLIR's options share), ahead of
+/// `FXMLIR_LLVM_ARGS`, so that a user's flag can override them:
+/// - `-disable-lsr`: loop strength reduction was half of code generation on the model graphs
+///   (0.42 of 0.85 s on the transformer block) and changed no kernel's run time measurably;
+///   the loops it would rewrite are already vectorised, with addressing modes x86 folds.
+/// - `-mlir-print-assume-verified`: printing an op verifies it first unless told not to, and
+///   the transform dialect's `fuse_into_containing_op` prints its producer and container into
+///   a diagnostic on every fusion, used only if the fusion fails: two thirds of the
+///   `schedule` stage's time. fxmlir prints only verified IR (stages verify their output).
+const DEFAULT_OPTIONS: &[&str] = &["-disable-lsr", "-mlir-print-assume-verified"];
+
+/// `FXMLIR_LLVM_ARGS` as this process read it (empty when unset): part of the compile cache
+/// key, since the flags change the code.
+pub fn llvm_args() -> &'static str {
+    static ARGS: OnceLock<String> = OnceLock::new();
+    ARGS.get_or_init(|| std::env::var("FXMLIR_LLVM_ARGS").unwrap_or_default())
+}
+
+unsafe extern "C" {
+    /// `mlir::registerAsmPrinterCLOptions()`, which has no C API: it makes the printer's
+    /// options (`-mlir-print-*`) known to the parser and the default printing flags read
+    /// them. A `void()` function, so the C calling convention is the C++ one.
+    #[link_name = "_ZN4mlir27registerAsmPrinterCLOptionsEv"]
+    fn register_asm_printer_options();
+}
+
+/// Parses [`DEFAULT_OPTIONS`] (those `FXMLIR_LLVM_ARGS` does not set), then `FXMLIR_LLVM_ARGS`
+/// (whitespace-separated, as `llc`/`opt` take them, e.g. `-unroll-threshold=100` or
+/// `-debug-pass-manager`), once per process, before the first context or compile: the parser
+/// counts occurrences across calls.
+pub fn command_line_options() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers static option objects once; no arguments, no result.
+        unsafe { register_asm_printer_options() };
+        // An option may occur once: a default the user sets is left to the user's value.
+        let name = |arg: &str| {
+            arg.trim_start_matches('-')
+                .split('=')
+                .next()
+                .map(str::to_owned)
+        };
+        let given: Vec<_> = llvm_args().split_whitespace().filter_map(name).collect();
+        let defaults = DEFAULT_OPTIONS
+            .iter()
+            .copied()
+            .filter(|d| !name(d).is_some_and(|n| given.contains(&n)));
+        let args: Vec<CString> = std::iter::once("fxmlir")
+            .chain(defaults)
+            .chain(llvm_args().split_whitespace())
+            .filter_map(|a| CString::new(a).ok())
+            .collect();
+        let pointers: Vec<*const std::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: `pointers` holds `args.len()` valid C strings that outlive the call; the
+        // overview is a valid C string.
+        unsafe {
+            llvm_sys::support::LLVMParseCommandLineOptions(
+                pointers.len() as i32,
+                pointers.as_ptr(),
+                c"fxmlir".as_ptr(),
+            )
+        };
+    });
 }

@@ -180,6 +180,16 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// Whether a node slides a window over its input: an op of the `conv` or `pooling` family.
+    pub fn has_windows(&self) -> Result<bool> {
+        let registry = crate::lower::Registry::global()?;
+        Ok(self.nodes.iter().any(|n| {
+            registry
+                .get(&n.target)
+                .is_some_and(|l| matches!(l.family, "conv" | "pooling"))
+        }))
+    }
+
     /// Parses and validates an interchange document.
     pub fn from_json(text: &str) -> Result<Graph> {
         let graph: Graph = serde_json::from_str(text)?;

@@ -54,42 +54,11 @@ pub struct Host {
     pub features: String,
 }
 
-/// `FXMLIR_LLVM_ARGS` as this process read it (empty when unset): part of the compile cache
-/// key, since the flags change the code.
-pub fn llvm_args() -> &'static str {
-    static ARGS: OnceLock<String> = OnceLock::new();
-    ARGS.get_or_init(|| std::env::var("FXMLIR_LLVM_ARGS").unwrap_or_default())
-}
-
-/// Passes `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt` flags such as
-/// `-unroll-threshold=100` or `-debug-pass-manager`) to LLVM's option parser, once, before
-/// the first compile: for experiments with LLVM's optimiser and code generator.
-fn llvm_options() {
-    let text = llvm_args();
-    if text.is_empty() {
-        return;
-    }
-    let args: Vec<CString> = std::iter::once("fxmlir")
-        .chain(text.split_whitespace())
-        .filter_map(|a| CString::new(a).ok())
-        .collect();
-    let pointers: Vec<*const std::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    // SAFETY: `pointers` holds `args.len()` valid C strings that outlive the call; the
-    // overview is a valid C string.
-    unsafe {
-        llvm_sys::support::LLVMParseCommandLineOptions(
-            pointers.len() as i32,
-            pointers.as_ptr(),
-            c"fxmlir".as_ptr(),
-        )
-    };
-}
-
 pub fn host() -> Result<&'static Host> {
     static HOST: OnceLock<std::result::Result<Host, String>> = OnceLock::new();
     HOST.get_or_init(|| {
         Target::initialize_native(&InitializationConfig::default())?;
-        llvm_options();
+        crate::context::command_line_options();
         Ok(Host {
             triple: TargetMachine::get_default_triple()
                 .as_str()
@@ -198,10 +167,16 @@ pub struct JitTimings {
 /// Translates an LLVM-dialect module whose function `name` has the C interface, optimises it
 /// and emits relocatable objects for the host, one per part of a large module compiled in
 /// parallel (load them together with [`load`]). `arg_count` is the number of memref arguments.
+///
+/// `unroll` turns LLVM's loop unrolling on. It pays on the small fixed loops of sliding windows
+/// (convolution and pooling graphs: mobilenet_v3_small ran 17% faster with it) and nowhere
+/// else: other loops arrive vectorised or get vectorised by LLVM, and on the transformer
+/// graphs unrolling was 30-40% of the compile time for no measurable run-time gain.
 pub fn compile(
     module: &Module,
     name: &str,
     arg_count: usize,
+    unroll: bool,
     dumps: Option<&Dumps>,
 ) -> Result<(Vec<Vec<u8>>, JitTimings)> {
     let host = host()?;
@@ -246,7 +221,7 @@ pub fn compile(
         d.write("unoptimized.ll", &llvm.print_to_string().to_string())?;
     }
 
-    let output = split::optimise(&llvm, host, dumps.is_some())?;
+    let output = split::optimise(&llvm, host, unroll, dumps.is_some())?;
     timings.optimize = output.optimize;
     timings.codegen = output.codegen;
     if let Some(d) = dumps {

@@ -261,10 +261,14 @@ pub fn verify(context: &Context, module: &Module, graph: &str) -> Result<()> {
     }
 }
 
-/// Runs one textual pass pipeline over `module`.
+/// Runs one textual pass pipeline over `module`, then verifies it once. The pass manager does
+/// not verify between passes: upstream passes turn valid IR into valid IR, and verifying after
+/// each of them was a third of the time of the longer stages (`llvm`: 0.13 of 0.41 s on
+/// resnet18).
 pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str) -> Result<()> {
     crate::context::register_passes();
     let pm = PassManager::new(context);
+    pm.enable_verifier(false);
     melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), pipeline).map_err(
         |e| Error::PassPipeline {
             pipeline: pipeline.to_string(),
@@ -272,11 +276,20 @@ pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str)
         },
     )?;
     let diagnostics = Diagnostics::capture(context);
-    pm.run(module).map_err(|_| Error::Pipeline {
+    let failed = |diagnostics: String| Error::Pipeline {
         stage: pipeline.to_string(),
-        diagnostics: diagnostics.take(),
+        diagnostics,
         reproducer: String::new(),
-    })
+    };
+    pm.run(module).map_err(|_| failed(diagnostics.take()))?;
+    if module.as_operation().verify() {
+        Ok(())
+    } else {
+        Err(failed(format!(
+            "the passes produced invalid IR:\n{}",
+            diagnostics.take()
+        )))
+    }
 }
 
 /// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).

@@ -43,7 +43,7 @@ impl Key {
             env!("FXMLIR_SOURCE_HASH"),
             structural_hash(graph)?,
             options.fingerprint(),
-            jit::llvm_args(),
+            crate::context::llvm_args(),
             host.triple,
             host.cpu,
             host.features,
