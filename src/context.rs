@@ -45,14 +45,15 @@ pub fn register_passes() {
 
 /// Options fxmlir sets through LLVM's command-line parser (which MLIR's options share), ahead of
 /// `FXMLIR_LLVM_ARGS`, so that a user's flag can override them:
-/// - `-disable-lsr`: loop strength reduction was half of code generation on the model graphs
-///   (0.42 of 0.85 s on the transformer block) and changed no kernel's run time measurably;
-///   the loops it would rewrite are already vectorised, with addressing modes x86 folds.
 /// - `-mlir-print-assume-verified`: printing an op verifies it first unless told not to, and
 ///   the transform dialect's `fuse_into_containing_op` prints its producer and container into
 ///   a diagnostic on every fusion, used only if the fusion fails: two thirds of the
 ///   `schedule` stage's time. fxmlir prints only verified IR (stages verify their output).
-const DEFAULT_OPTIONS: &[&str] = &["-disable-lsr", "-mlir-print-assume-verified"];
+///
+/// Tried and left out: `-disable-lsr` halved code generation on the transformer graphs, but
+/// loop strength reduction is worth 15-25% of the matrix-product kernels' speed at 512² and
+/// 1024².
+const DEFAULT_OPTIONS: &[&str] = &["-mlir-print-assume-verified"];
 
 /// `FXMLIR_LLVM_ARGS` as this process read it (empty when unset): part of the compile cache
 /// key, since the flags change the code.
@@ -69,29 +70,17 @@ unsafe extern "C" {
     fn register_asm_printer_options();
 }
 
-/// Parses [`DEFAULT_OPTIONS`] (those `FXMLIR_LLVM_ARGS` does not set), then `FXMLIR_LLVM_ARGS`
-/// (whitespace-separated, as `llc`/`opt` take them, e.g. `-unroll-threshold=100` or
-/// `-debug-pass-manager`), once per process, before the first context or compile: the parser
-/// counts occurrences across calls.
+/// Parses [`DEFAULT_OPTIONS`], then `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt`
+/// take them, e.g. `-unroll-threshold=100` or `-debug-pass-manager`), once per process, before
+/// the first context or compile.
 pub fn command_line_options() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: registers static option objects once; no arguments, no result.
         unsafe { register_asm_printer_options() };
-        // An option may occur once: a default the user sets is left to the user's value.
-        let name = |arg: &str| {
-            arg.trim_start_matches('-')
-                .split('=')
-                .next()
-                .map(str::to_owned)
-        };
-        let given: Vec<_> = llvm_args().split_whitespace().filter_map(name).collect();
-        let defaults = DEFAULT_OPTIONS
-            .iter()
-            .copied()
-            .filter(|d| !name(d).is_some_and(|n| given.contains(&n)));
+        // The last occurrence of an option wins: the user's flags come after the defaults.
         let args: Vec<CString> = std::iter::once("fxmlir")
-            .chain(defaults)
+            .chain(DEFAULT_OPTIONS.iter().copied())
             .chain(llvm_args().split_whitespace())
             .filter_map(|a| CString::new(a).ok())
             .collect();
