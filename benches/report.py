@@ -170,36 +170,33 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                     top,
                 )
             )
-        comp, missing = _ratios(
-            models, lambda r: ratio(backend_compile(r, "fxmlir"), backend_compile(r, "inductor"))
-        )
-        g = geomean(comp.values())
-        lines.append(
-            _line(
+        compile_times = (
+            (
                 "compile_geomean",
-                f"compile time (in the backend: aot_autograd + the compiler) fxmlir/Inductor "
-                f"cold, geomean over {len(comp)} model cases: {g:.3f} (1/{1 / g:.1f})"
-                + _missing(missing),
-                f"<= {COMPILE_BAR} (1/10)",
-                None if not comp else g <= COMPILE_BAR and not missing,
-                g,
-            )
-        )
-        first, missing = _ratios(
-            models, lambda r: ratio(first_call(r, "fxmlir"), first_call(r, "inductor"))
-        )
-        g = geomean(first.values())
-        lines.append(
-            _line(
+                "compile time (in the backend: aot_autograd + the compiler)",
+                backend_compile,
+            ),
+            (
                 "first_call_geomean",
-                f"first call (Dynamo's tracing + the backend + one run) fxmlir/Inductor cold, "
-                f"geomean over {len(first)} model cases: {g:.3f} (1/{1 / g:.1f})"
-                + _missing(missing),
-                f"<= {COMPILE_BAR} (1/10)",
-                None if not first else g <= COMPILE_BAR and not missing,
-                g,
-            )
+                "first call (Dynamo's tracing + the backend + one run)",
+                first_call,
+            ),
         )
+        for metric, what, time_of in compile_times:
+            comp, missing = _ratios(
+                models, lambda r, t=time_of: ratio(t(r, "fxmlir"), t(r, "inductor"))
+            )
+            g = geomean(comp.values())
+            lines.append(
+                _line(
+                    metric,
+                    f"{what} fxmlir/Inductor cold, geomean over {len(comp)} model cases: "
+                    f"{g:.3f} (1/{1 / g:.1f})" + _missing(missing),
+                    f"<= {COMPILE_BAR} (1/10)",
+                    None if not comp else g <= COMPILE_BAR and not missing,
+                    g,
+                )
+            )
         matched = sum(ok(r.get("fxmlir")) for r in rows_of(results, "model", None))
         total = len(rows_of(results, "model", None))
         lines.append(
