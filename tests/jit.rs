@@ -192,8 +192,6 @@ fn unknown_pipeline_is_an_error() {
     assert!(err.contains("no such named pipeline"), "{err}");
 }
 
-/// `tanh(... tanh(x @ w0) ... @ w{n-1})` with x `[256, 128]` and each w `[128, 128]`: `n`
-/// matrix products, each large enough to be split across threads.
 /// An activation op and its reference.
 type Activation = (&'static str, fn(f64) -> f64);
 
@@ -206,6 +204,9 @@ const ACTIVATIONS: [Activation; 4] = [
     ("aten.atan.default", f64::atan),
 ];
 
+/// `a{n-1}(... a0(x @ w0) ... @ w{n-1})`, the activations `ai` taken from [`ACTIVATIONS`] in
+/// turn, with x `[256, 128]` and each w `[128, 128]`: `n` matrix products, each large enough
+/// to be split across threads.
 fn matmul_chain(name: &str, n: usize) -> fxmlir::Graph {
     let mut inputs = vec![input("x", meta(&[256, 128], DType::Float32))];
     let mut nodes = Vec::new();
