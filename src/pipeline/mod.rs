@@ -309,17 +309,39 @@ pub fn run_stages<'c>(
         let _guard = span.enter();
         let number = first + i;
         let start = Instant::now();
-        // A transform script that cannot be built is skipped like one that fails (see below).
+        // A hook that fails, or leaves invalid IR (which the passes, run without verification,
+        // and the printer, told to assume it verified, must never see), is undone and its stage
+        // skipped, like a stage whose passes fail (see below).
         let mut skip = false;
         if stage.hook != Hook::None {
-            match stage.hook.attach(context, module, threads) {
+            let original = melior::ir::Operation::clone(&module.as_operation());
+            let diagnostics = Diagnostics::capture(context);
+            let attached = stage
+                .hook
+                .attach(context, module, threads)
+                .and_then(|count| {
+                    if module.as_operation().verify() {
+                        Ok(count)
+                    } else {
+                        Err(Error::Pipeline {
+                            stage: stage.name.to_string(),
+                            diagnostics: format!(
+                                "the hook left invalid IR:\n{}",
+                                diagnostics.take()
+                            ),
+                            reproducer: String::new(),
+                        })
+                    }
+                });
+            drop(diagnostics);
+            match attached {
                 Ok(count) => tracing::debug!(stage = stage.name, ops = count, "hook ran"),
                 Err(e) => {
                     tracing::warn!(
                         stage = stage.name,
                         "cannot prepare the stage (its transform script or outlining); the stage is skipped: {e}"
                     );
-                    stage.hook.detach(module);
+                    *module = restore(original, stage)?;
                     skip = true;
                 }
             }
@@ -356,11 +378,7 @@ pub fn run_stages<'c>(
                     stage = stage.name,
                     "the stage's passes failed; it is skipped:\n{diagnostics}{reproducer}"
                 );
-                *module = Module::from_operation(before).ok_or_else(|| Error::Pipeline {
-                    stage: stage.name.to_string(),
-                    diagnostics: "cannot restore the stage input after a failure".to_string(),
-                    reproducer: String::new(),
-                })?;
+                *module = restore(before, stage)?;
                 stage.hook.detach(module);
             }
             (Err(e), _) => return Err(e),
@@ -386,6 +404,15 @@ pub fn run_stages<'c>(
 /// `NN-<stage>.transform.mlir`.
 pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
     format!("{number:02}-{}.transform.mlir", stage.name)
+}
+
+/// A module from a copy kept to fall back on after `stage` failed.
+fn restore<'c>(copy: melior::ir::Operation<'c>, stage: &Stage) -> Result<Module<'c>> {
+    Module::from_operation(copy).ok_or_else(|| Error::Pipeline {
+        stage: stage.name.to_string(),
+        diagnostics: "cannot restore the stage input after a failure".to_string(),
+        reproducer: String::new(),
+    })
 }
 
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.
