@@ -1,6 +1,6 @@
 //! Parallel optimisation and code generation. A module's functions are independent units (the
-//! graph function, its C-interface wrapper, the entry point and one outlined OpenMP region per
-//! parallel op, reached only through `__kmpc_fork_call`), so a large module is cut into parts
+//! entry point with the graph function inlined, one function per outlined computation and one
+//! outlined OpenMP region per parallel op, reached only through `__kmpc_fork_call`), so a large module is cut into parts
 //! balanced by instruction count. Each part is the whole module parsed from bitcode into a
 //! context of its own (LLVM contexts are not thread-safe) with the other parts' functions
 //! turned into declarations; it is optimised and compiled to an object on a thread of its own,
@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 /// A module stays one part unless its functions other than the largest (the most that can be
 /// compiled beside it) have this many instructions. Splitting costs a bitcode round trip and a
 /// parse per part, about 1 ms per 1000 instructions, while O2 and code generation take
-/// 0.1-0.4 ms per instruction; single-threaded kernels (one graph function and two small
-/// wrappers) stay whole.
+/// 0.1-0.4 ms per instruction; small kernels (an entry point and a few short loop nests)
+/// stay whole.
 const MIN_SPLIT_INSTRUCTIONS: usize = 1000;
 
 /// Stack of a compile thread: LLVM recurses over large functions, and a spawned thread's
