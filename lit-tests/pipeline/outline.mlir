@@ -3,7 +3,9 @@
 // The outline stage on loop-level code: each top-level computation moves into a private,
 // internal, noinline function (constants cloned in, everything else passed), called where it
 // was; identical functions are merged (duplicate-function-elimination). Buffer management
-// stays in the graph function.
+// stays in the graph function. A memref argument whose buffer no other argument of the call
+// shares is listed in `fxmlir.noalias` by the position of its data pointer in the LLVM
+// signature (3 + 2 * rank fields per memref), for LLVM's `noalias`.
 
 // Two identical nests on different buffers share one function; the reduction loop and the
 // store of its result are one function (the store uses the loop's value).
@@ -18,14 +20,14 @@
 // CHECK-NEXT:    memref.dealloc %[[BUF]]
 // CHECK-NEXT:    return
 // CHECK:       func.func private @[[SUM]](
-// CHECK-SAME:      attributes {llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
+// CHECK-SAME:      attributes {fxmlir.noalias = array<i64: 1, 8>, llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
 // CHECK:         %[[R:.*]] = scf.for {{.*}} iter_args
 // CHECK:         memref.store %[[R]]
 // CHECK-NEXT:    return
 // CHECK:       func.func private @[[RELU]](
 // CHECK-SAME:      %[[IN:[a-zA-Z0-9_]+]]: memref<4x8xf32>
 // CHECK-SAME:      %[[OUT:[a-zA-Z0-9_]+]]: memref<4x8xf32>
-// CHECK-SAME:      attributes {llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
+// CHECK-SAME:      attributes {fxmlir.noalias = array<i64: 1, 8>, llvm.linkage = #llvm.linkage<internal>, passthrough = ["noinline"]}
 // CHECK-DAG:     %[[C4:.*]] = arith.constant 4 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[ZERO:.*]] = arith.constant 0.000000e+00 : f32
@@ -76,6 +78,7 @@ func.func @layers(%arg0: memref<4x8xf32>, %arg1: memref<4x8xf32>, %arg2: memref<
 // CHECK-NEXT:    call @[[FILL:view_outlined[0-9]+]](%[[VIEW]])
 // CHECK-NEXT:    return
 // CHECK:       func.func private @[[FILL]](%{{.*}}: memref<4xf32, strided<[1], offset: ?>>
+// CHECK-SAME:      fxmlir.noalias = array<i64: 1>
 // CHECK:         scf.for
 // CHECK:           memref.store
 func.func @view(%arg0: memref<16xf32>, %arg1: index) {
@@ -89,6 +92,37 @@ func.func @view(%arg0: memref<16xf32>, %arg1: index) {
   scf.for %i = %c0 to %c4 step %c1 {
     memref.store %cst, %view[%i] : memref<4xf32, strided<[1], offset: ?>>
   }
+  return
+}
+
+// -----
+
+// Two views of one allocation may overlap: neither is listed, while the input (a scalar index
+// argument before it takes one position) and the allocation read through a cast are.
+// CHECK-LABEL: func.func @overlap(
+// CHECK:         call @[[SHIFT:overlap_outlined[0-9]+]](
+// CHECK:       func.func private @[[SHIFT]](
+// CHECK-SAME:      : memref<8xf32>{{.*}}: index{{.*}}: memref<4xf32, strided<[1]>>{{.*}}: memref<4xf32, strided<[1], offset: 4>>{{.*}}: memref<?xf32>
+// CHECK-SAME:      fxmlir.noalias = array<i64: 1, 17>
+func.func @overlap(%arg0: memref<8xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %alloc = memref.alloc() : memref<8xf32>
+  %other = memref.alloc(%n) : memref<?xf32>
+  %low = memref.subview %alloc[0] [4] [1] : memref<8xf32> to memref<4xf32, strided<[1]>>
+  %high = memref.subview %alloc[4] [4] [1] : memref<8xf32> to memref<4xf32, strided<[1], offset: 4>>
+  %cast = memref.cast %other : memref<?xf32> to memref<?xf32>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %0 = memref.load %arg0[%i] : memref<8xf32>
+    %1 = arith.addi %i, %n : index
+    %2 = memref.load %low[%i] : memref<4xf32, strided<[1]>>
+    %3 = arith.addf %0, %2 : f32
+    memref.store %3, %high[%i] : memref<4xf32, strided<[1], offset: 4>>
+    memref.store %3, %cast[%1] : memref<?xf32>
+  }
+  memref.dealloc %alloc : memref<8xf32>
+  memref.dealloc %other : memref<?xf32>
   return
 }
 

@@ -17,16 +17,31 @@
 //! arguments, in order of first use, except constants, which are cloned into it so that LLVM
 //! still sees constant loop bounds and steps. Outlined functions are internal and never
 //! inlined: inlining them back would undo both gains.
+//!
+//! Outlining hides from LLVM where each memref comes from, so it would have to assume any two
+//! may overlap, and versions every vectorised loop with run-time overlap checks (code that
+//! costs compile time and a scalar fallback). Here the buffers are known: a memref argument
+//! whose root (followed through views to an allocation, a global or an argument of the graph
+//! function) is the root of no other argument is recorded in [`NOALIAS`], and [`mark_noalias`]
+//! turns that into LLVM's `noalias` on its data pointer once the function is in the LLVM
+//! dialect. That is sound because distinct allocations and globals are disjoint, the graph's
+//! outputs are fresh buffers, and its inputs, which may overlap one another, are never written
+//! (`bufferization.to_tensor` without `writable`); `noalias` only forbids overlaps where one
+//! side writes.
 
 use crate::error::{Error, Result};
 use melior::{
-    Context,
+    Context, StringRef,
     ir::{
         Attribute, Block, BlockLike, BlockRef, Identifier, Module, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
-        attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute},
+        attribute::AttributeLike,
+        attribute::{
+            DenseI64ArrayAttribute, FlatSymbolRefAttribute, StringAttribute, TypeAttribute,
+        },
+        block::BlockArgument,
         operation::{OperationLike, OperationResult, WalkOrder, WalkResult},
-        r#type::FunctionType,
+        r#type::{FunctionType, MemRefType, ShapedTypeLike, TypeLike},
     },
 };
 use mlir_sys::{
@@ -35,7 +50,8 @@ use mlir_sys::{
     mlirOperationClone, mlirOperationGetNumOperands, mlirOperationGetNumRegions,
     mlirOperationGetNumResults, mlirOperationGetOperand, mlirOperationGetParentOperation,
     mlirOperationGetRegion, mlirOperationGetResult, mlirOperationMoveBefore,
-    mlirOperationSetOperand, mlirRegionGetFirstBlock, mlirValueGetFirstUse,
+    mlirOperationRemoveAttributeByName, mlirOperationSetAttributeByName, mlirOperationSetOperand,
+    mlirRegionGetFirstBlock, mlirValueGetFirstUse,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -58,6 +74,21 @@ const KEPT: &[&str] = &[
 
 /// Ops cloned into an outlined function rather than passed to it.
 const CLONED: &[&str] = &["arith.constant", "ub.poison"];
+
+/// Views: their result is part of the buffer of their first operand.
+const VIEWS: &[&str] = &[
+    "memref.subview",
+    "memref.expand_shape",
+    "memref.collapse_shape",
+    "memref.reinterpret_cast",
+    "memref.cast",
+    "memref.view",
+];
+
+/// Discardable attribute of an outlined function: the positions, in its LLVM-dialect
+/// signature (each memref expanded into its descriptor's fields), of the data pointers of the
+/// memref arguments that overlap no other argument. See [`mark_noalias`].
+pub const NOALIAS: &str = "fxmlir.noalias";
 
 /// Attributes of an outlined function, which `func-to-llvm` carries over to the `llvm.func`:
 /// internal linkage and LLVM's `noinline`. (`func.func`'s own `no_inline` is for MLIR's
@@ -225,8 +256,18 @@ fn groups<'c, 'a>(
 
 /// The op defining `value` if it is one to clone (a constant).
 fn cloned_definition<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
-    let owner = OperationResult::try_from(value).ok()?.owner();
+    let owner = result_owner(value)?;
     CLONED.contains(&op_name(&owner).as_str()).then_some(owner)
+}
+
+/// The op defining `value`; `None` for a block argument. (Checked first: melior's failed
+/// conversion prints the value, and printing a block argument numbers its whole function.)
+fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
+    value
+        .is_operation_result()
+        .then(|| OperationResult::try_from(value).ok())
+        .flatten()
+        .map(|r| r.owner())
 }
 
 /// Outlines the computations of every public function defined in `module` (the graph
@@ -331,6 +372,15 @@ fn outline_group<'c, 'a>(
         replacements.insert(key(raw), replacement);
     }
     let types: Vec<Type> = arguments.iter().map(|v| v.r#type()).collect();
+    let mut attributes = attributes.to_vec();
+    if let Some(positions) = disjoint_pointers(function, &arguments)
+        && !positions.is_empty()
+    {
+        let text = format!("array<i64: {}>", join(&positions));
+        let attribute = Attribute::parse(context, &text)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))?;
+        attributes.push((Identifier::new(context, NOALIAS), attribute));
+    }
     let terminator = entry.append_operation(melior::dialect::func::r#return(&[], location));
     let region = Region::new();
     region.append_block(entry);
@@ -339,7 +389,7 @@ fn outline_group<'c, 'a>(
         StringAttribute::new(context, callee),
         TypeAttribute::new(FunctionType::new(context, &types, &[]).into()),
         region,
-        attributes,
+        &attributes,
         location,
     );
     module_body.insert_operation_after(function, new_function);
@@ -365,4 +415,129 @@ fn outline_group<'c, 'a>(
         }
     });
     Ok(())
+}
+
+/// Where the buffer of `value` comes from: an allocation, a global (by name: two reads of one
+/// global are the same memory) or an argument of `function`, through any views; `None` for
+/// anything else (then it may overlap anything).
+fn root<'c: 'a, 'a>(function: MlirOperation, mut value: Value<'c, 'a>) -> Option<String> {
+    loop {
+        if value.is_block_argument() {
+            let argument = BlockArgument::try_from(value).ok()?;
+            let owner = argument.owner().parent_operation()?;
+            return (op_key(owner.to_raw()) == op_key(function))
+                .then(|| format!("v{}", key(value.to_raw())));
+        }
+        let owner = result_owner(value)?;
+        let name = op_name(&owner);
+        if VIEWS.contains(&name.as_str()) {
+            value = owner.operand(0).ok()?;
+        } else if name == "memref.get_global" {
+            let global = owner.attribute("name").ok()?;
+            return Some(format!("g{global}"));
+        } else if name == "memref.alloc" || name == "memref.alloca" {
+            return Some(format!("v{}", key(value.to_raw())));
+        } else {
+            return None;
+        }
+    }
+}
+
+/// The positions of the data pointers, in the LLVM-dialect signature of a function taking
+/// `arguments` (values of `function`), of the memref arguments whose root no other argument
+/// shares. `None` if some memref argument's root is unknown (it might overlap any of them) or
+/// an argument has a type whose expansion is not known here.
+fn disjoint_pointers(function: OperationRef, arguments: &[Value]) -> Option<Vec<i64>> {
+    let mut roots = Vec::with_capacity(arguments.len());
+    for value in arguments {
+        let memref = value.r#type().is_mem_ref();
+        roots.push(if memref {
+            Some(root(function.to_raw(), *value)?)
+        } else {
+            None
+        });
+    }
+    let mut positions = Vec::new();
+    let mut position = 0;
+    for (value, root) in arguments.iter().zip(&roots) {
+        let ty = value.r#type();
+        if let (Ok(memref), Some(root)) = (MemRefType::try_from(ty), root) {
+            // Allocated pointer, data pointer, offset, sizes, strides.
+            if roots.iter().flatten().filter(|r| *r == root).count() == 1 {
+                positions.push(position + 1);
+            }
+            position += 3 + 2 * memref.rank() as i64;
+        } else if ty.is_index() || ty.is_integer() || ty.is_float() || ty.is_vector() {
+            position += 1;
+        } else {
+            return None;
+        }
+    }
+    Some(positions)
+}
+
+fn join(values: &[i64]) -> String {
+    values
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Gives the data pointers [`NOALIAS`] lists LLVM's `noalias`, on every `llvm.func` of
+/// `module` (run after the conversion to the LLVM dialect, which drops argument attributes of
+/// memrefs); the list itself is removed.
+pub fn mark_noalias(context: &Context, module: &mut Module) -> Result<usize> {
+    let mut marked = 0;
+    let mut next = module.body().first_operation();
+    while let Some(op) = next {
+        next = op.next_in_block();
+        let Ok(list) = op.attribute(NOALIAS) else {
+            continue;
+        };
+        let positions = DenseI64ArrayAttribute::try_from(list)
+            .map_err(|e| failure(format!("{NOALIAS}: {e}")))?;
+        let positions: HashSet<i64> = (0..positions.len())
+            .filter_map(|i| positions.element(i).ok())
+            .collect();
+        let entry = op.region(0).ok().and_then(|r| r.first_block());
+        let count = entry.map_or(0, |b| b.argument_count());
+        let pointer = |p: i64| {
+            usize::try_from(p)
+                .ok()
+                .and_then(|p| entry?.argument(p).ok())
+                .is_some_and(|a| a.r#type().to_string() == "!llvm.ptr")
+        };
+        if op_name(&op) != "llvm.func" || !positions.iter().all(|&p| pointer(p)) {
+            return Err(failure(format!(
+                "{NOALIAS} on {} does not match its signature",
+                op_name(&op)
+            )));
+        }
+        let text = format!(
+            "[{}]",
+            (0..count as i64)
+                .map(|i| if positions.contains(&i) {
+                    "{llvm.noalias}"
+                } else {
+                    "{}"
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let attribute = Attribute::parse(context, &text)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))?;
+        // SAFETY: `op` is a live op of `module`, which this function borrows mutably; the
+        // attribute and the names outlive the calls.
+        unsafe {
+            mlirOperationSetAttributeByName(
+                op.to_raw(),
+                StringRef::new("arg_attrs").to_raw(),
+                attribute.to_raw(),
+            );
+            mlirOperationRemoveAttributeByName(op.to_raw(), StringRef::new(NOALIAS).to_raw());
+        }
+        marked += positions.len();
+    }
+    Ok(marked)
 }
