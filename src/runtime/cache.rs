@@ -4,6 +4,10 @@
 //! code-affecting options, the LLVM version and the host CPU — so an entry is never stale, only
 //! unused. A disk entry that cannot be read or linked is reported and recompiled; a directory
 //! that cannot be written is reported once and the process compiles without storing.
+//!
+//! A directory's entries are bounded in size (`FXMLIR_CACHE_MAX_MB`, default
+//! [`DEFAULT_MAX_MB`]): after each store the least recently used entries (by modification
+//! time, which a load renews) are deleted until the rest fit.
 
 use super::Options;
 use crate::error::{Error, Result};
@@ -14,11 +18,48 @@ use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::SystemTime;
 
 /// Version of the entry layout; part of the key, so a change makes old entries unused.
 const FORMAT: u32 = 2;
+
+/// The bound, in MiB, of a cache directory's entries when `FXMLIR_CACHE_MAX_MB` is unset: a few
+/// thousand kernels of typical models (an entry is 0.05-1 MB).
+pub const DEFAULT_MAX_MB: f64 = 1024.0;
+
+/// The bound in bytes on a cache directory's entries: `FXMLIR_CACHE_MAX_MB` (a non-negative
+/// number of MiB, fractions allowed) or [`DEFAULT_MAX_MB`]. An unusable value is reported
+/// once and the default applies.
+fn max_bytes(warnings: &mut Vec<String>) -> u64 {
+    static MAX: LazyLock<std::result::Result<f64, String>> =
+        LazyLock::new(|| match std::env::var("FXMLIR_CACHE_MAX_MB") {
+            Err(_) => Ok(DEFAULT_MAX_MB),
+            Ok(text) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|mb| mb.is_finite() && *mb >= 0.0)
+                .ok_or(text),
+        });
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    let mb = match &*MAX {
+        Ok(mb) => *mb,
+        Err(text) => {
+            if !REPORTED.swap(true, Ordering::Relaxed) {
+                warn(
+                    warnings,
+                    format!(
+                        "FXMLIR_CACHE_MAX_MB={text:?} is not a number of MiB; using {DEFAULT_MAX_MB}"
+                    ),
+                );
+            }
+            DEFAULT_MAX_MB
+        }
+    };
+    (mb * (1u64 << 20) as f64) as u64
+}
 
 /// The identity of a kernel: `text` lists what it depends on, one item per line; `digest` is
 /// its SHA-256, which names the disk entry.
@@ -161,9 +202,52 @@ pub fn memory_insert(key: &Key, kernel: Arc<Kernel>) {
         .insert(key.digest.clone(), kernel);
 }
 
+/// The directory of a cache directory's entries.
+fn kernels_dir(dir: &Path) -> PathBuf {
+    dir.join("kernels")
+}
+
 /// Where the entry of `key` lives under a cache directory.
 pub fn entry_path(dir: &Path, key: &Key) -> PathBuf {
-    dir.join("kernels").join(format!("{}.kernel", key.digest))
+    kernels_dir(dir).join(format!("{}.kernel", key.digest))
+}
+
+/// Deletes the least recently modified entries (`*.kernel`) in `kernels`, never `keep`, until
+/// the entries take at most `limit` bytes; returns how many it deleted. An entry another
+/// process deleted meanwhile counts as deleted.
+fn evict(kernels: &Path, keep: &Path, limit: u64) -> std::io::Result<usize> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(kernels)? {
+        let entry = entry?;
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "kernel") {
+            continue;
+        }
+        let metadata = match entry.metadata() {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        entries.push((metadata.modified()?, metadata.len(), path));
+    }
+    let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+    entries.sort();
+    let mut deleted = 0;
+    for (_, len, path) in entries {
+        if total <= limit {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => deleted += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        total -= len;
+    }
+    Ok(deleted)
 }
 
 /// The kernel stored under `dir` for `key`, linked. `None` when there is no entry, or (with a
@@ -190,7 +274,14 @@ pub fn disk_lookup(dir: &Path, key: &Key, warnings: &mut Vec<String>) -> Option<
     let loaded =
         decode(key, &bytes).and_then(|objects| jit::load(&objects).map_err(|e| e.to_string()));
     match loaded {
-        Ok(kernel) => Some(kernel),
+        Ok(kernel) => {
+            // Marks the entry used for eviction; a read-only cache simply keeps its times.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(SystemTime::now()));
+            Some(kernel)
+        }
         Err(reason) => {
             warn(warnings, unusable(&path, &reason));
             None
@@ -230,6 +321,19 @@ pub fn store(dir: &Path, key: &Key, objects: &[Vec<u8>], warnings: &mut Vec<Stri
         drop(file);
         std::fs::rename(&temporary, &path)
     })();
+    if written.is_ok() {
+        match evict(&kernels_dir(dir), &path, max_bytes(warnings)) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(entries = n, "compile cache: least recently used evicted"),
+            Err(e) => warn(
+                warnings,
+                format!(
+                    "cannot evict old entries of the compile cache under {} ({e})",
+                    dir.display()
+                ),
+            ),
+        }
+    }
     if let Err(e) = written {
         // Nothing to clean up when the temporary file was never created.
         let _ = std::fs::remove_file(&temporary);
@@ -335,6 +439,40 @@ mod tests {
             text: "fxmlir-kernel 1\ngraph abc\n".to_string(),
             digest: "0".repeat(64),
         }
+    }
+
+    #[test]
+    fn eviction_deletes_least_recently_used_first() {
+        let dir = std::env::temp_dir().join(format!("fxmlir-evict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = SystemTime::now();
+        // Entries a, b, c, d of 100 bytes each, oldest first, and a temporary file (no entry).
+        let names = ["a", "b", "c", "d"];
+        for (age, name) in names.iter().enumerate() {
+            let path = dir.join(format!("{name}.kernel"));
+            std::fs::write(&path, [0u8; 100]).unwrap();
+            let when = now - std::time::Duration::from_secs(100 - age as u64 * 10);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        }
+        std::fs::write(dir.join("x.123.tmp"), [0u8; 1000]).unwrap();
+        let keep = dir.join("a.kernel");
+        assert_eq!(evict(&dir, &keep, 400).unwrap(), 0);
+        // 400 bytes down to 200: b and c go (a is kept although oldest).
+        assert_eq!(evict(&dir, &keep, 250).unwrap(), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a.kernel", "d.kernel", "x.123.tmp"]);
+        assert_eq!(evict(&dir, &keep, 0).unwrap(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
