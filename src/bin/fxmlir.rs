@@ -116,7 +116,7 @@ fn run(cli: Cli) -> Result<()> {
             let (graph, text) = load(&file)?;
             let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
             print_timings(&compiled);
-            run_random(&compiled, seed, repeat)?;
+            run_random(&compiled, &graph, seed, repeat)?;
         }
         Command::Ops => {
             for (op, family) in fxmlir::supported_ops()? {
@@ -226,8 +226,41 @@ fn half_to_f64(bits: u16, bfloat: bool) -> f64 {
     }
 }
 
-/// Fills a buffer with values in [-1, 1) (floats) or small integers, from a xorshift stream.
-fn fill_random(buffer: &mut Buffer, state: &mut u64) {
+/// Operands only positive values make sense for (a batch norm's running variance, the operand
+/// of a square root or logarithm), as (op, argument position): a graph input used there gets
+/// random values in [1, 2), so that a model's output is neither NaN nor, after many batch
+/// norms dividing by tiny variances, huge.
+const POSITIVE_OPERANDS: &[(&str, usize)] = &[
+    ("aten._native_batch_norm_legit_no_training.default", 4),
+    ("aten._native_batch_norm_legit.default", 4),
+    ("aten.native_batch_norm.default", 4),
+    ("aten.sqrt.default", 0),
+    ("aten.rsqrt.default", 0),
+    ("aten.log.default", 0),
+];
+
+/// Whether each input of `graph` is used as one of the [`POSITIVE_OPERANDS`].
+fn positive_inputs(graph: &Graph) -> Vec<bool> {
+    let mut positive = std::collections::HashSet::new();
+    for node in &graph.nodes {
+        for (op, position) in POSITIVE_OPERANDS {
+            if node.target == *op
+                && let Some(fxmlir::graph::Arg::Ref(r)) = node.args.get(*position)
+            {
+                positive.insert(r.node.as_str());
+            }
+        }
+    }
+    graph
+        .inputs
+        .iter()
+        .map(|i| positive.contains(i.name.as_str()))
+        .collect()
+}
+
+/// Fills a buffer with values in [-1, 1), or [1, 2) if `positive` (floats), or small integers,
+/// from a xorshift stream.
+fn fill_random(buffer: &mut Buffer, state: &mut u64, positive: bool) {
     let dtype = buffer.meta.dtype;
     let n = dtype.byte_size();
     let bytes = buffer.bytes();
@@ -235,7 +268,8 @@ fn fill_random(buffer: &mut Buffer, state: &mut u64) {
         *state ^= *state << 13;
         *state ^= *state >> 7;
         *state ^= *state << 17;
-        let unit = (*state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let raw = (*state >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = if positive { 1.0 + raw } else { raw * 2.0 - 1.0 };
         let small = ((*state >> 33) % 7) as i64 - 3;
         match dtype {
             DType::Float32 => chunk.copy_from_slice(&(unit as f32).to_le_bytes()),
@@ -257,11 +291,16 @@ fn fill_random(buffer: &mut Buffer, state: &mut u64) {
     }
 }
 
-fn run_random(compiled: &fxmlir::CompiledGraph, seed: u64, repeat: usize) -> Result<()> {
+fn run_random(
+    compiled: &fxmlir::CompiledGraph,
+    graph: &Graph,
+    seed: u64,
+    repeat: usize,
+) -> Result<()> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut buffers: Vec<Buffer> = compiled.inputs.iter().map(Buffer::new).collect();
-    for b in &mut buffers {
-        fill_random(b, &mut state);
+    for (b, positive) in buffers.iter_mut().zip(positive_inputs(graph)) {
+        fill_random(b, &mut state, positive);
     }
     buffers.extend(compiled.outputs.iter().map(Buffer::new));
     let pointers: Vec<usize> = buffers
