@@ -144,8 +144,15 @@ fn print_timings(compiled: &fxmlir::CompiledGraph) {
 }
 
 /// A 64-bit-aligned buffer big enough for `meta`'s strided extent.
+/// A cache line of a buffer: buffers start on a 64-byte boundary, as PyTorch's do (a kernel's
+/// vector loads from a buffer that malloc aligns to 16 bytes straddle cache lines, and a
+/// matrix product ran 40% slower on it).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
 struct Buffer {
-    words: Vec<u64>,
+    lines: Vec<Line>,
     meta: TensorMeta,
 }
 
@@ -163,22 +170,23 @@ impl Buffer {
         };
         let bytes = extent as usize * meta.dtype.byte_size();
         Buffer {
-            words: vec![0; bytes.div_ceil(8).max(1)],
+            lines: vec![Line([0; 64]); bytes.div_ceil(64).max(1)],
             meta: meta.clone(),
         }
     }
 
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: a u64 buffer viewed as bytes; length in bytes is 8× the word count.
+        // SAFETY: the lines viewed as bytes, 64 per line.
         unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast(), self.words.len() * 8)
+            std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.lines.len() * 64)
         }
     }
 
     fn element(&self, i: usize) -> f64 {
         // SAFETY: reads within the buffer; `i` is below the element count by construction.
-        let b: &[u8] =
-            unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast(), self.words.len() * 8) };
+        let b: &[u8] = unsafe {
+            std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.lines.len() * 64)
+        };
         let n = self.meta.dtype.byte_size();
         let raw = &b[i * n..(i + 1) * n];
         match self.meta.dtype {
@@ -305,7 +313,7 @@ fn run_random(
     buffers.extend(compiled.outputs.iter().map(Buffer::new));
     let pointers: Vec<usize> = buffers
         .iter_mut()
-        .map(|b| b.words.as_mut_ptr() as usize)
+        .map(|b| b.lines.as_mut_ptr() as usize)
         .collect();
     if pointers.len() != compiled.inputs.len() + compiled.outputs.len() {
         bail!("internal: buffer count mismatch");
