@@ -74,6 +74,16 @@ impl From<serde_json::Error> for Error {
 }
 
 impl Error {
+    /// A pipeline stage that failed with `diagnostics` and no reproducer (the failure is not in
+    /// the passes, or there is nothing to replay).
+    pub fn stage(stage: impl Into<String>, diagnostics: impl Into<String>) -> Self {
+        Error::Pipeline {
+            stage: stage.into(),
+            diagnostics: diagnostics.into(),
+            reproducer: String::new(),
+        }
+    }
+
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

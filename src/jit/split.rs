@@ -1,10 +1,10 @@
 //! Parallel optimisation and code generation. A module's functions are independent units (the
 //! entry point with the graph function inlined, one function per outlined computation and one
-//! outlined OpenMP region per parallel op, reached only through `__kmpc_fork_call`), so a large module is cut into parts
-//! balanced by instruction count. Each part is the whole module parsed from bitcode into a
-//! context of its own (LLVM contexts are not thread-safe) with the other parts' functions
-//! turned into declarations; it is optimised and compiled to an object on a thread of its own,
-//! and the objects link together in the kernel's JIT.
+//! outlined OpenMP region per parallel op, reached only through `__kmpc_fork_call`), so a large
+//! module is cut into parts balanced by instruction count. Each part is the whole module parsed
+//! from bitcode into a context of its own (LLVM contexts are not thread-safe) with the other
+//! parts' functions turned into declarations; it is optimised and compiled to an object on a
+//! thread of its own, and the objects link together in the kernel's JIT.
 
 use super::{Host, target_machine};
 use crate::error::{Error, Result};

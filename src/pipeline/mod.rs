@@ -276,19 +276,15 @@ pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str)
         },
     )?;
     let diagnostics = Diagnostics::capture(context);
-    let failed = |diagnostics: String| Error::Pipeline {
-        stage: pipeline.to_string(),
-        diagnostics,
-        reproducer: String::new(),
-    };
-    pm.run(module).map_err(|_| failed(diagnostics.take()))?;
+    pm.run(module)
+        .map_err(|_| Error::stage(pipeline, diagnostics.take()))?;
     if module.as_operation().verify() {
         Ok(())
     } else {
-        Err(failed(format!(
-            "the passes produced invalid IR:\n{}",
-            diagnostics.take()
-        )))
+        Err(Error::stage(
+            pipeline,
+            format!("the passes produced invalid IR:\n{}", diagnostics.take()),
+        ))
     }
 }
 
@@ -323,14 +319,10 @@ pub fn run_stages<'c>(
                     if module.as_operation().verify() {
                         Ok(count)
                     } else {
-                        Err(Error::Pipeline {
-                            stage: stage.name.to_string(),
-                            diagnostics: format!(
-                                "the hook left invalid IR:\n{}",
-                                diagnostics.take()
-                            ),
-                            reproducer: String::new(),
-                        })
+                        Err(Error::stage(
+                            stage.name,
+                            format!("the hook left invalid IR:\n{}", diagnostics.take()),
+                        ))
                     }
                 });
             drop(diagnostics);
@@ -408,11 +400,8 @@ pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
 
 /// A module from a copy kept to fall back on after `stage` failed.
 fn restore<'c>(copy: melior::ir::Operation<'c>, stage: &Stage) -> Result<Module<'c>> {
-    Module::from_operation(copy).ok_or_else(|| Error::Pipeline {
-        stage: stage.name.to_string(),
-        diagnostics: "cannot restore the stage input after a failure".to_string(),
-        reproducer: String::new(),
-    })
+    Module::from_operation(copy)
+        .ok_or_else(|| Error::stage(stage.name, "cannot restore the stage input after a failure"))
 }
 
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.

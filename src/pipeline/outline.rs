@@ -29,6 +29,7 @@
 //! (`bufferization.to_tensor` without `writable`); `noalias` only forbids overlaps where one
 //! side writes.
 
+use super::schedule::items;
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
@@ -99,11 +100,7 @@ const ATTRIBUTES: &[(&str, &str)] = &[
 ];
 
 fn failure(message: String) -> Error {
-    Error::Pipeline {
-        stage: "outline".to_string(),
-        diagnostics: message,
-        reproducer: String::new(),
-    }
+    Error::stage("outline", message)
 }
 
 fn op_name(op: &OperationRef) -> String {
@@ -376,7 +373,7 @@ fn outline_group<'c, 'a>(
     if let Some(positions) = disjoint_pointers(function, &arguments)
         && !positions.is_empty()
     {
-        let text = format!("array<i64: {}>", join(&positions));
+        let text = format!("array<i64: {}>", items(&positions));
         let attribute = Attribute::parse(context, &text)
             .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))?;
         attributes.push((Identifier::new(context, NOALIAS), attribute));
@@ -474,14 +471,6 @@ fn disjoint_pointers(function: OperationRef, arguments: &[Value]) -> Option<Vec<
         }
     }
     Some(positions)
-}
-
-fn join(values: &[i64]) -> String {
-    values
-        .iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Gives the data pointers [`NOALIAS`] lists LLVM's `noalias`, on every `llvm.func` of

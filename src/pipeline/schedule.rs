@@ -619,8 +619,13 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
 pub(super) const ANY: &str = "!transform.any_op";
 
 pub(super) fn list(values: &[i64]) -> String {
+    format!("[{}]", items(values))
+}
+
+/// `values` separated by commas: `1, 2, 3`.
+pub(super) fn items(values: &[i64]) -> String {
     let items: Vec<String> = values.iter().map(i64::to_string).collect();
-    format!("[{}]", items.join(", "))
+    items.join(", ")
 }
 
 /// `(ANY, ANY, ...)` with `n` entries.
@@ -1023,23 +1028,20 @@ pub(super) fn append_script(
     stage: &str,
 ) -> Result<()> {
     let diagnostics = super::Diagnostics::capture(context);
-    let script = Module::parse(context, text).ok_or_else(|| Error::Pipeline {
-        stage: stage.to_string(),
-        diagnostics: format!(
-            "the generated transform script does not parse:\n{}\n{text}",
-            diagnostics.take()
-        ),
-        reproducer: String::new(),
+    let script = Module::parse(context, text).ok_or_else(|| {
+        Error::stage(
+            stage,
+            format!(
+                "the generated transform script does not parse:\n{}\n{text}",
+                diagnostics.take()
+            ),
+        )
     })?;
     drop(diagnostics);
     let sequence = script
         .body()
         .first_operation()
-        .ok_or_else(|| Error::Pipeline {
-            stage: stage.to_string(),
-            diagnostics: "the generated transform script is empty".to_string(),
-            reproducer: String::new(),
-        })?;
+        .ok_or_else(|| Error::stage(stage, "the generated transform script is empty"))?;
     // An owned copy in the payload module; the parsed script module is dropped.
     let sequence: melior::ir::Operation = (*sequence).clone();
     module.body().append_operation(sequence);
