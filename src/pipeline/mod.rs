@@ -35,14 +35,14 @@ pub enum Hook {
     /// Passes only.
     None,
     /// [`schedule::attach`] before the passes, [`schedule::detach`] after them. Should the
-    /// passes fail, the stage is skipped (the module keeps the scalar path) with a warning and
-    /// a reproducer, rather than failing the compile.
+    /// passes fail, the stage is skipped (the module keeps the scalar path, and the products
+    /// [`schedule::attach`] moved into functions of their own stay where they were) with a
+    /// warning and a reproducer, rather than failing the compile.
     Schedule,
     /// [`parallel::attach`] before the passes, [`schedule::detach`] after them; skipped on
     /// failure like [`Hook::Schedule`] (the module stays single-threaded).
     Parallel,
-    /// [`outline::outline`] before the passes; should they fail, the module keeps its
-    /// outlined functions, duplicates included.
+    /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
 }
 
@@ -88,7 +88,7 @@ const FUSION: Stage = Stage {
 /// generates; canonicalize drops the untiled originals. No CSE here: see [`FUSION`].
 const SCHEDULE: Stage = Stage {
     name: "schedule",
-    pipeline: "builtin.module(transform-interpreter,canonicalize)",
+    pipeline: "builtin.module(transform-interpreter,inline{default-pipeline=},canonicalize)",
     hook: Hook::Schedule,
 };
 
@@ -309,8 +309,11 @@ pub fn run_stages<'c>(
         // and the printer, told to assume it verified, must never see), is undone and its stage
         // skipped, like a stage whose passes fail (see below).
         let mut skip = false;
+        // The stage's input before the hook, to fall back on should the hook or the passes
+        // fail.
+        let mut original = None;
         if stage.hook != Hook::None {
-            let original = melior::ir::Operation::clone(&module.as_operation());
+            let copy = melior::ir::Operation::clone(&module.as_operation());
             let diagnostics = Diagnostics::capture(context);
             let attached = stage
                 .hook
@@ -327,19 +330,22 @@ pub fn run_stages<'c>(
                 });
             drop(diagnostics);
             match attached {
-                Ok(count) => tracing::debug!(stage = stage.name, ops = count, "hook ran"),
+                Ok(count) => {
+                    tracing::debug!(stage = stage.name, ops = count, "hook ran");
+                    original = Some(copy);
+                }
                 Err(e) => {
                     tracing::warn!(
                         stage = stage.name,
                         "cannot prepare the stage (its transform script or outlining); the stage is skipped: {e}"
                     );
-                    *module = restore(original, stage)?;
+                    *module = restore(copy, stage)?;
                     skip = true;
                 }
             }
         }
         // A copy of the stage's input, printed only for a dump or a reproducer (cloning is
-        // several times cheaper than printing), and kept to fall back on.
+        // several times cheaper than printing).
         let before = melior::ir::Operation::clone(&module.as_operation());
         if let (Some(d), true, false) = (dumps, stage.hook.has_script(), skip) {
             d.write(
@@ -363,15 +369,14 @@ pub fn run_stages<'c>(
                 });
             }
             (Err(Error::Pipeline { diagnostics, .. }), _) => {
-                // Hook stages (transform scripts, outlining) are optimisations: keep the
-                // stage's input rather than fail.
+                // Hook stages (transform scripts, outlining) are optimisations: go on with the
+                // stage's input as it was before the hook rather than fail.
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 tracing::warn!(
                     stage = stage.name,
                     "the stage's passes failed; it is skipped:\n{diagnostics}{reproducer}"
                 );
-                *module = restore(before, stage)?;
-                stage.hook.detach(module);
+                *module = restore(original.unwrap_or(before), stage)?;
             }
             (Err(e), _) => return Err(e),
         }

@@ -47,12 +47,12 @@ use melior::{
 };
 use mlir_sys::{
     MlirOperation, MlirValue, mlirBlockGetArgument, mlirBlockGetNextInRegion,
-    mlirBlockGetNumArguments, mlirOpOperandGetNextUse, mlirOpOperandGetOwner, mlirOpOperandIsNull,
-    mlirOperationClone, mlirOperationGetNumOperands, mlirOperationGetNumRegions,
-    mlirOperationGetNumResults, mlirOperationGetOperand, mlirOperationGetParentOperation,
-    mlirOperationGetRegion, mlirOperationGetResult, mlirOperationMoveBefore,
-    mlirOperationRemoveAttributeByName, mlirOperationSetAttributeByName, mlirOperationSetOperand,
-    mlirRegionGetFirstBlock, mlirValueGetFirstUse,
+    mlirBlockGetNumArguments, mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber,
+    mlirOpOperandGetOwner, mlirOpOperandIsNull, mlirOperationClone, mlirOperationGetNumOperands,
+    mlirOperationGetNumRegions, mlirOperationGetNumResults, mlirOperationGetOperand,
+    mlirOperationGetParentOperation, mlirOperationGetRegion, mlirOperationGetResult,
+    mlirOperationMoveBefore, mlirOperationRemoveAttributeByName, mlirOperationSetAttributeByName,
+    mlirOperationSetOperand, mlirRegionGetFirstBlock, mlirValueGetFirstUse,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -173,6 +173,52 @@ fn captured(group: &[OperationRef]) -> Vec<MlirValue> {
     values
 }
 
+/// The op of `function`'s body that is or holds `op` (an op nested in `function`).
+///
+/// # Safety
+/// `op` is a live op nested in `function`.
+unsafe fn top_level(function: MlirOperation, mut op: MlirOperation) -> MlirOperation {
+    // SAFETY: walking up from a live op nested in `function` reaches its body's op.
+    unsafe {
+        loop {
+            let parent = mlirOperationGetParentOperation(op);
+            if parent.ptr.is_null() || op_key(parent) == op_key(function) {
+                return op;
+            }
+            op = parent;
+        }
+    }
+}
+
+/// Calls `f` on every use of every result of `op`: the user and the operand's index.
+///
+/// # Safety
+/// `op` is a live op.
+unsafe fn for_each_result_use(op: MlirOperation, mut f: impl FnMut(usize, MlirOperation, isize)) {
+    // SAFETY: indices are within the op's count; a use list ends with a null use.
+    unsafe {
+        for i in 0..mlirOperationGetNumResults(op) {
+            let mut usage = mlirValueGetFirstUse(mlirOperationGetResult(op, i));
+            while !mlirOpOperandIsNull(usage) {
+                f(
+                    i as usize,
+                    mlirOpOperandGetOwner(usage),
+                    mlirOpOperandGetOperandNumber(usage) as isize,
+                );
+                usage = mlirOpOperandGetNextUse(usage);
+            }
+        }
+    }
+}
+
+/// How many uses the results of `op` have.
+pub(super) fn use_count(op: &OperationRef) -> usize {
+    let mut count = 0;
+    // SAFETY: `op` is live.
+    unsafe { for_each_result_use(op.to_raw(), |_, _, _| count += 1) };
+    count
+}
+
 /// The position in `ops` (the top-level ops of `function`, by key) of the last op that uses a
 /// result of `op`, itself or an op nested in it; `None` if nothing uses its results.
 fn last_use(
@@ -181,24 +227,12 @@ fn last_use(
     op: MlirOperation,
 ) -> Option<usize> {
     let mut last = None;
-    // SAFETY: `op` and every user of its results are live ops of `function`; walking up from a
-    // user reaches the top-level op of `function` that holds it.
+    // SAFETY: `op` and every user of its results are live ops of `function`.
     unsafe {
-        for i in 0..mlirOperationGetNumResults(op) {
-            let mut usage = mlirValueGetFirstUse(mlirOperationGetResult(op, i));
-            while !mlirOpOperandIsNull(usage) {
-                let mut user = mlirOpOperandGetOwner(usage);
-                loop {
-                    let parent = mlirOperationGetParentOperation(user);
-                    if parent.ptr.is_null() || op_key(parent) == op_key(function) {
-                        break;
-                    }
-                    user = parent;
-                }
-                last = last.max(positions.get(&op_key(user)).copied());
-                usage = mlirOpOperandGetNextUse(usage);
-            }
-        }
+        for_each_result_use(op, |_, user, _| {
+            let user = top_level(function, user);
+            last = last.max(positions.get(&op_key(user)).copied());
+        });
     }
     last
 }
@@ -251,15 +285,18 @@ fn groups<'c, 'a>(
     groups
 }
 
-/// The op defining `value` if it is one to clone (a constant).
-fn cloned_definition<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
+/// The op defining `value` if it is one to clone: named in `cloned`, without operands.
+fn cloned_definition<'c, 'a>(
+    value: Value<'c, 'a>,
+    cloned: &[&str],
+) -> Option<OperationRef<'c, 'a>> {
     let owner = result_owner(value)?;
-    CLONED.contains(&op_name(&owner).as_str()).then_some(owner)
+    (cloned.contains(&op_name(&owner).as_str()) && owner.operand_count() == 0).then_some(owner)
 }
 
 /// The op defining `value`; `None` for a block argument. (Checked first: melior's failed
 /// conversion prints the value, and printing a block argument numbers its whole function.)
-fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
+pub(super) fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
     value
         .is_operation_result()
         .then(|| OperationResult::try_from(value).ok())
@@ -267,88 +304,139 @@ fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
         .map(|r| r.owner())
 }
 
-/// Outlines the computations of every public function defined in `module` (the graph
-/// function; private ones, such as functions outlined before, are left alone, so running the
-/// stage again changes nothing); returns how many functions it made.
-pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
-    let body = module.body();
+/// The public functions defined in `module` (the graph function; private ones, such as
+/// functions outlined before, are left out), with their names and entry blocks.
+pub(super) fn public_functions<'c, 'a>(
+    module: &'a Module<'c>,
+) -> Result<Vec<(OperationRef<'c, 'a>, String, BlockRef<'c, 'a>)>> {
     let mut functions = Vec::new();
-    let mut next = body.first_operation();
+    let mut next = module.body().first_operation();
     while let Some(op) = next {
+        next = op.next_in_block();
         let private = op
             .attribute("sym_visibility")
             .ok()
             .and_then(|a| StringAttribute::try_from(a).ok())
             .is_some_and(|v| v.value() == "private");
-        if op_name(&op) == "func.func"
-            && !private
-            && op.region(0).is_ok_and(|r| r.first_block().is_some())
-        {
-            functions.push(op);
+        if op_name(&op) != "func.func" || private {
+            continue;
         }
-        next = op.next_in_block();
-    }
-    let mut attributes = vec![(
-        Identifier::new(context, "sym_visibility"),
-        StringAttribute::new(context, "private").into(),
-    )];
-    for (name, value) in ATTRIBUTES {
-        let attribute = Attribute::parse(context, value)
-            .ok_or_else(|| failure(format!("cannot parse the attribute {value}")))?;
-        attributes.push((Identifier::new(context, name), attribute));
-    }
-    let mut count = 0;
-    for function in functions {
-        let name = function
+        let Some(block) = op.region(0).ok().and_then(|r| r.first_block()) else {
+            continue;
+        };
+        let name = op
             .attribute("sym_name")
             .ok()
             .and_then(|a| StringAttribute::try_from(a).ok())
             .map(|s| s.value().to_string())
             .ok_or_else(|| failure("a function without a name".to_string()))?;
-        let Some(block) = function.region(0).ok().and_then(|r| r.first_block()) else {
-            continue;
-        };
+        functions.push((op, name, block));
+    }
+    Ok(functions)
+}
+
+/// `sym_visibility = "private"` and `extra` (name, attribute text), for a new function.
+pub(super) fn private_attributes<'c>(
+    context: &'c Context,
+    extra: &[(&str, &str)],
+) -> Result<Vec<(Identifier<'c>, Attribute<'c>)>> {
+    let mut attributes = vec![(
+        Identifier::new(context, "sym_visibility"),
+        StringAttribute::new(context, "private").into(),
+    )];
+    for (name, value) in extra {
+        let attribute = Attribute::parse(context, value)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {value}")))?;
+        attributes.push((Identifier::new(context, name), attribute));
+    }
+    Ok(attributes)
+}
+
+/// Outlines the computations of every public function defined in `module` (private ones,
+/// such as functions outlined before, are left alone, so running the stage again changes
+/// nothing); returns how many functions it made.
+pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
+    let attributes = private_attributes(context, ATTRIBUTES)?;
+    let mut count = 0;
+    for (function, name, block) in public_functions(module)? {
         for group in groups(function, block) {
-            let callee = format!("{name}_outlined{count}");
-            outline_group(
-                context,
-                &body,
-                function,
-                block,
-                &group,
-                &callee,
-                &attributes,
-            )?;
+            let callee = Callee {
+                name: format!("{name}_outlined{count}"),
+                attributes: &attributes,
+                cloned: CLONED,
+            };
+            outline_group(context, &module.body(), function, block, &group, &callee)?;
             count += 1;
         }
     }
     Ok(count)
 }
 
-/// Moves the ops of `group` (consecutive, in `block`, the body of `function`) into a new
-/// function `callee` placed after `function` in the module body, and calls it in their place.
-fn outline_group<'c, 'a>(
+/// The function [`outline_group`] makes.
+pub(super) struct Callee<'c, 'n> {
+    pub name: String,
+    pub attributes: &'n [(Identifier<'c>, Attribute<'c>)],
+    /// Ops cloned into the function when it uses their results (those without operands),
+    /// rather than passed to it.
+    pub cloned: &'n [&'n str],
+}
+
+/// Moves the ops of `group` (ops of `block`, the body of `function`, in block order) into a
+/// new function placed after `function` in the module body, and calls it where the last of
+/// them was. The function takes the values the group uses from outside as arguments (or
+/// clones their definitions, see [`Callee::cloned`]) and returns those it defines that other
+/// ops use. Returns `false`, changing nothing, if such a use comes before the group's last op.
+pub(super) fn outline_group<'c, 'a>(
     context: &'c Context,
     module_body: &BlockRef<'c, 'a>,
     function: OperationRef<'c, 'a>,
     block: BlockRef<'c, 'a>,
     group: &[OperationRef<'c, 'a>],
-    callee: &str,
-    attributes: &[(Identifier<'c>, Attribute<'c>)],
-) -> Result<()> {
-    let Some(first) = group.first() else {
-        return Ok(());
+    callee: &Callee<'c, '_>,
+) -> Result<bool> {
+    let Some(last) = group.last() else {
+        return Ok(true);
     };
-    let location = first.location();
-    // One pass over the captured values: constants are cloned into the entry block, every
-    // other value becomes an argument.
+    let location = last.location();
+    let mut position = HashMap::new();
+    let mut next = block.first_operation();
+    while let Some(op) = next {
+        next = op.next_in_block();
+        position.insert(op_key(op.to_raw()), position.len());
+    }
+    let members: HashSet<usize> = group.iter().map(|op| op_key(op.to_raw())).collect();
+    let end = position.get(&op_key(last.to_raw())).copied().unwrap_or(0);
+    // The group's values used outside it: (value, its uses there as (user, operand index)).
+    let mut results: Vec<(MlirValue, Vec<(MlirOperation, isize)>)> = Vec::new();
+    let mut early = false;
+    for op in group {
+        // SAFETY: the group's ops and their users are live ops of `function`.
+        unsafe {
+            for_each_result_use(op.to_raw(), |i, user, index| {
+                let holder = op_key(top_level(function.to_raw(), user));
+                if members.contains(&holder) {
+                    return;
+                }
+                early |= position.get(&holder).is_none_or(|&p| p < end);
+                let value = mlirOperationGetResult(op.to_raw(), i as isize);
+                match results.iter_mut().find(|(v, _)| key(*v) == key(value)) {
+                    Some((_, uses)) => uses.push((user, index)),
+                    None => results.push((value, vec![(user, index)])),
+                }
+            });
+        }
+    }
+    if early {
+        return Ok(false);
+    }
+    // One pass over the captured values: clones in the entry block, or arguments.
     let entry = Block::new(&[]);
     let mut arguments: Vec<Value<'c, 'a>> = Vec::new();
     let mut replacements: HashMap<usize, MlirValue> = HashMap::new();
     for raw in captured(group) {
         // SAFETY: the captured values are live values of `function`.
         let value = unsafe { Value::from_raw(raw) };
-        let replacement = match cloned_definition(value) {
+        let replacement = match cloned_definition(value, callee.cloned) {
             Some(definition) => {
                 // SAFETY: cloning a live op gives a new op with no parent, which the block
                 // takes.
@@ -356,8 +444,15 @@ fn outline_group<'c, 'a>(
                     melior::ir::Operation::from_raw(mlirOperationClone(definition.to_raw()))
                 };
                 let clone = entry.append_operation(clone);
+                let index = (0..definition.result_count())
+                    .find(|&i| {
+                        definition
+                            .result(i)
+                            .is_ok_and(|r| r.to_raw().ptr == raw.ptr)
+                    })
+                    .unwrap_or(0);
                 clone
-                    .result(0)
+                    .result(index)
                     .map_err(|e| failure(e.to_string()))?
                     .to_raw()
             }
@@ -369,7 +464,13 @@ fn outline_group<'c, 'a>(
         replacements.insert(key(raw), replacement);
     }
     let types: Vec<Type> = arguments.iter().map(|v| v.r#type()).collect();
-    let mut attributes = attributes.to_vec();
+    // SAFETY: the results are live values of the group's ops.
+    let returned: Vec<Value<'c, 'a>> = results
+        .iter()
+        .map(|(v, _)| unsafe { Value::from_raw(*v) })
+        .collect();
+    let result_types: Vec<Type> = returned.iter().map(|v| v.r#type()).collect();
+    let mut attributes = callee.attributes.to_vec();
     if let Some(positions) = disjoint_pointers(function, &arguments)
         && !positions.is_empty()
     {
@@ -378,27 +479,37 @@ fn outline_group<'c, 'a>(
             .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))?;
         attributes.push((Identifier::new(context, NOALIAS), attribute));
     }
-    let terminator = entry.append_operation(melior::dialect::func::r#return(&[], location));
+    let terminator = entry.append_operation(melior::dialect::func::r#return(&returned, location));
     let region = Region::new();
     region.append_block(entry);
     let new_function = melior::dialect::func::func(
         context,
-        StringAttribute::new(context, callee),
-        TypeAttribute::new(FunctionType::new(context, &types, &[]).into()),
+        StringAttribute::new(context, &callee.name),
+        TypeAttribute::new(FunctionType::new(context, &types, &result_types).into()),
         region,
         &attributes,
         location,
     );
     module_body.insert_operation_after(function, new_function);
 
-    let call = melior::dialect::func::call(
-        context,
-        FlatSymbolRefAttribute::new(context, callee),
-        &arguments,
-        &[],
-        location,
+    let call = block.insert_operation_before(
+        *last,
+        melior::dialect::func::call(
+            context,
+            FlatSymbolRefAttribute::new(context, &callee.name),
+            &arguments,
+            &result_types,
+            location,
+        ),
     );
-    block.insert_operation_before(*first, call);
+    for (i, (_, uses)) in results.iter().enumerate() {
+        let with = call.result(i).map_err(|e| failure(e.to_string()))?.to_raw();
+        for &(user, index) in uses {
+            // SAFETY: `user` is live and outside the group; the call's result has the type of
+            // the group's value it replaces.
+            unsafe { mlirOperationSetOperand(user, index, with) };
+        }
+    }
     for op in group {
         // SAFETY: `op` is live and owned by `block`; moving it hands it to the new function's
         // entry block, ahead of its terminator, keeping the group's order.
@@ -411,7 +522,7 @@ fn outline_group<'c, 'a>(
             unsafe { mlirOperationSetOperand(user, index, with) };
         }
     });
-    Ok(())
+    Ok(true)
 }
 
 /// Where the buffer of `value` comes from: an allocation, a global (by name: two reads of one

@@ -16,6 +16,7 @@
 //! loop, so the product never reaches memory. Everything else (other dtypes, dynamic shapes,
 //! transposed matmul variants) keeps the scalar path.
 
+use super::outline;
 use crate::error::{Error, Result};
 use melior::{
     Context,
@@ -321,6 +322,14 @@ struct Planned {
     /// pulls every tileable producer into the loop, the fill through the loop's destination)
     /// fuses only the fill, and never recomputes a transpose per tile.
     only_fill_fusable: bool,
+}
+
+impl Planned {
+    /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
+    /// into its epilogue's loop, or the fill into the thread chunk loop.
+    fn fuses_into_loops(&self) -> bool {
+        self.epilogue.is_some() || (self.chunks.is_some() && self.fill_init)
+    }
 }
 
 /// Producers that tiling cannot pull into a loop (they implement no tiling interface).
@@ -674,7 +683,8 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
     match &p.chunks {
         None => writeln!(
             out,
-            "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
+            "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")
+    %fn{id} = transform.get_parent_op %c{id} {{isolated_from_above}} : ({ANY}) -> {ANY}"
         )?,
         Some(chunks) => emit_chunks(out, id, p, chunks, &why)?,
     }
@@ -768,7 +778,8 @@ fn emit_chunks(
 ) -> std::fmt::Result {
     writeln!(
         out,
-        "    %a{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")"
+        "    %a{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")
+    %fn{id} = transform.get_parent_op %a{id} {{isolated_from_above}} : ({ANY}) -> {ANY}"
     )?;
     if p.fill_init {
         writeln!(
@@ -780,7 +791,7 @@ fn emit_chunks(
     let containing = if p.epilogue.is_some() {
         writeln!(
             out,
-            "    %ae{id} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY}
+            "    %ae{id} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %fn{id} : ({ANY}) -> {ANY}
     %we{id}, %w{id} = transform.structured.tile_using_forall %ae{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})
     %c{id}, %wc{id} = transform.structured.fuse_into_containing_op %a{id} into %w{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
         )?;
@@ -876,7 +887,7 @@ fn emit_register_tiles(
     let (target, sizes) = if epilogue {
         writeln!(
             out,
-            "    %e{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {contraction} : i64}} in %root : ({ANY}) -> {ANY}"
+            "    %e{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {contraction} : i64}} in %fn{contraction} : ({ANY}) -> {ANY}"
         )?;
         (format!("%e{part}"), [lead, &[mr, nr]].concat())
     } else {
@@ -1015,8 +1026,71 @@ pub fn attach_for(
         }
     }
     tag(module, &tags);
+    isolate(context, module, &planned)?;
     append_script(context, module, &emit(&planned)?, "schedule")?;
     Ok(planned.len())
+}
+
+/// Ops cloned into an isolated contraction's function rather than passed to it: constants and
+/// the empty tensors of the fill and the epilogue, so that their tiles fold as before.
+const ISOLATE_CLONED: &[&str] = &["arith.constant", "ub.poison", "tensor.empty"];
+
+/// Moves each planned contraction, with the fill that starts it and its epilogue, into a
+/// private function of its own, called in its place; the stage's `inline` pass puts the
+/// scheduled code back. This is for compile time: `fuse_into_containing_op` prints its
+/// producer and container into a diagnostic on every fusion (used only if the fusion fails),
+/// and printing an op numbers everything in the nearest op isolated from above. In the graph
+/// function that was 70% of the stage; in a function of three ops it is nothing. Only the
+/// contractions whose schedule fuses that way move (the others, with the inlining, would cost
+/// more than they save), and of those not one whose fill has other users or whose ops other
+/// ops use before the last of them.
+/// Returns how many it moved.
+fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<usize> {
+    let attributes = outline::private_attributes(context, &[])?;
+    let mut count = 0;
+    for (function, name, block) in outline::public_functions(module)? {
+        let mut ops = HashMap::new();
+        let mut next = block.first_operation();
+        while let Some(op) = next {
+            next = op.next_in_block();
+            ops.insert(op.to_raw().ptr as usize, (ops.len(), op));
+        }
+        let at = |op: &melior::ir::OperationRef| ops.get(&(op.to_raw().ptr as usize)).copied();
+        for (id, p) in planned.iter().enumerate() {
+            let Some((_, contraction)) = ops.get(&p.op).copied().filter(|_| p.fuses_into_loops())
+            else {
+                continue;
+            };
+            let mut group = vec![contraction];
+            if p.fill_init {
+                let fill = contraction
+                    .operand(2)
+                    .ok()
+                    .and_then(outline::result_owner)
+                    .filter(|f| outline::use_count(f) == 1);
+                match fill.as_ref().and_then(at) {
+                    Some((_, fill)) => group.push(fill),
+                    None => continue,
+                }
+            }
+            if let Some(epilogue) = p.epilogue {
+                match ops.get(&epilogue) {
+                    Some((_, epilogue)) => group.push(*epilogue),
+                    None => continue,
+                }
+            }
+            group.sort_by_key(|op| at(op).map(|(i, _)| i));
+            let callee = outline::Callee {
+                name: format!("{name}_contraction{id}"),
+                attributes: &attributes,
+                cloned: ISOLATE_CLONED,
+            };
+            if outline::outline_group(context, &module.body(), function, block, &group, &callee)? {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
 }
 
 /// Parses a generated transform script (a module holding `@__transform_main`) and appends its
