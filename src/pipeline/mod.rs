@@ -44,6 +44,9 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
+    /// [`outline::mark_noalias`] after the passes (which drop the argument attributes of
+    /// memrefs): the outlined functions' disjoint pointers become LLVM `noalias`.
+    Noalias,
 }
 
 impl Hook {
@@ -53,22 +56,34 @@ impl Hook {
         matches!(self, Hook::Schedule | Hook::Parallel)
     }
 
-    /// Appends the stage's transform script; returns how many ops it transforms.
+    /// Whether the hook changes the module before the passes; such a stage is an
+    /// optimisation, skipped rather than failed when the hook or its passes fail.
+    fn prepares(self) -> bool {
+        matches!(self, Hook::Schedule | Hook::Parallel | Hook::Outline)
+    }
+
+    /// Appends the stage's transform script, or outlines; returns how many ops it transforms.
     fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
         match self {
-            Hook::None => Ok(0),
+            Hook::None | Hook::Noalias => Ok(0),
             Hook::Schedule => schedule::attach(context, module, threads),
             Hook::Parallel => parallel::attach(context, module, threads),
             Hook::Outline => outline::outline(context, module),
         }
     }
 
-    /// Erases what [`Hook::attach`] added for the passes (the transform script and its tags);
-    /// outlining leaves nothing to erase.
-    fn detach(self, module: &mut Module) {
-        if self.has_script() {
-            schedule::detach(module);
+    /// The hook's work after the passes succeeded: erases what [`Hook::attach`] added for them
+    /// (the transform script and its tags), or marks `noalias`.
+    fn finish(self, context: &Context, module: &mut Module) -> Result<()> {
+        match self {
+            Hook::Schedule | Hook::Parallel => schedule::detach(module),
+            Hook::Noalias => {
+                let marked = outline::mark_noalias(context, module)?;
+                tracing::debug!(pointers = marked, "outlined arguments marked noalias");
+            }
+            Hook::None | Hook::Outline => {}
         }
+        Ok(())
     }
 }
 
@@ -133,7 +148,7 @@ const OUTLINE: Stage = Stage {
 const LLVM: Stage = Stage {
     name: "llvm",
     pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},finalize-memref-to-llvm,convert-arith-to-llvm,convert-index-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,convert-ub-to-llvm,reconcile-unrealized-casts)",
-    hook: Hook::None,
+    hook: Hook::Noalias,
 };
 
 /// The pipelines by name; `default` is what the backend uses. The schedule runs before fusion:
@@ -312,7 +327,7 @@ pub fn run_stages<'c>(
         // The stage's input before the hook, to fall back on should the hook or the passes
         // fail.
         let mut original = None;
-        if stage.hook != Hook::None {
+        if stage.hook.prepares() {
             let copy = melior::ir::Operation::clone(&module.as_operation());
             let diagnostics = Diagnostics::capture(context);
             let attached = stage
@@ -359,8 +374,8 @@ pub fn run_stages<'c>(
             run_pipeline_text(context, module, stage.pipeline)
         };
         match (result, stage.hook) {
-            (Ok(()), hook) => hook.detach(module),
-            (Err(Error::Pipeline { diagnostics, .. }), Hook::None) => {
+            (Ok(()), hook) => hook.finish(context, module)?,
+            (Err(Error::Pipeline { diagnostics, .. }), hook) if !hook.prepares() => {
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 return Err(Error::Pipeline {
                     stage: stage.name.to_string(),
@@ -433,15 +448,15 @@ fn write_reproducer(text: &str, stage: &Stage, dumps: Option<&Dumps>) -> Result<
 mod tests {
     use super::*;
 
-    /// A hook stage whose passes fail keeps the module as the hook left it (here: outlined,
-    /// with the unresolvable cast that made `reconcile-unrealized-casts` fail) and goes on.
+    /// A hook stage whose passes fail goes on with its input as it was before the hook (here:
+    /// not outlined), and the compile goes on.
     #[test]
     fn a_failing_hook_stage_restores_its_input() {
         let context = crate::context::new_context();
         let mut module = Module::parse(
             &context,
             r#"
-            func.func @g(%arg0: memref<4xf32>) -> i64 {
+            func.func @g(%arg0: memref<4xf32>) {
               %c0 = arith.constant 0 : index
               %c1 = arith.constant 1 : index
               %c4 = arith.constant 4 : index
@@ -449,24 +464,20 @@ mod tests {
               scf.for %i = %c0 to %c4 step %c1 {
                 memref.store %cst, %arg0[%i] : memref<4xf32>
               }
-              %cast = builtin.unrealized_conversion_cast %c0 : index to i64
-              return %cast : i64
+              return
             }"#,
         )
         .expect("parses");
+        let input = print_module(&module);
+        // The interpreter fails: the module has no such entry point.
         let failing = Stage {
             name: "failing",
-            pipeline: "builtin.module(reconcile-unrealized-casts)",
+            pipeline: "builtin.module(transform-interpreter{entry-point=missing})",
             hook: Hook::Outline,
         };
         let timings = run_stages(&context, &mut module, &[failing], None, 1, 1).expect("goes on");
         assert_eq!(timings.len(), 1);
         assert!(module.as_operation().verify());
-        let text = print_module(&module);
-        assert!(text.contains("call @g_outlined0"), "{text}");
-        assert!(
-            text.contains("builtin.unrealized_conversion_cast"),
-            "{text}"
-        );
+        assert_eq!(print_module(&module), input);
     }
 }

@@ -235,8 +235,6 @@ fn build(
 
     let arg_count = graph.inputs.len() + graph.outputs.len();
     let _s = tracing::debug_span!("jit").entered();
-    let marked = pipeline::outline::mark_noalias(&context, &mut module)?;
-    tracing::debug!(pointers = marked, "outlined arguments marked noalias");
     let unroll = graph.has_windows()?;
     let (objects, jt) = jit::compile(&module, &graph.name, arg_count, unroll, dumps.as_ref())?;
     if let Some(d) = &dumps {
