@@ -162,8 +162,8 @@ fn dumps_every_stage() {
         "03-parallel.transform.mlir",
         "03-parallel.mlir",
         "04-bufferize.mlir",
-        "05-loops.mlir",
-        "06-outline.mlir",
+        "05-outline.mlir",
+        "06-loops.mlir",
         "07-llvm.mlir",
         "ll",
     ] {

@@ -16,12 +16,12 @@ STAGES = [
     "03-parallel.transform",
     "03-parallel",
     "04-bufferize",
-    "05-loops",
-    "06-outline",
+    "05-outline",
+    "06-loops",
     "07-llvm",
 ]
 # The schedule stage's pass pipeline; its input dump (transform script inside) replays with it.
-SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,canonicalize)"
+SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,inline{default-pipeline=},canonicalize)"
 
 
 def model(x, w, b):

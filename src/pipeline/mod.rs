@@ -123,18 +123,20 @@ const BUFFERIZE: Stage = Stage {
     hook: Hook::None,
 };
 
-/// Structured ops to loop nests over memrefs. Vector transfers are unrolled to 1-D (the LLVM
-/// lowering handles no more). The thread chunks of the `parallel` stage become OpenMP
-/// worksharing loops (canonicalize then inlines the `memref.alloca_scope` that conversion
-/// wraps their bodies in).
+/// Structured ops to loop nests over memrefs, in each function (the outlined ones, after
+/// [`OUTLINE`]). Vector transfers are unrolled to 1-D (the LLVM lowering handles no more). The
+/// thread chunks of the `parallel` stage become OpenMP worksharing loops (canonicalize then
+/// inlines the `memref.alloca_scope` that conversion wraps their bodies in).
 const LOOPS: Stage = Stage {
     name: "loops",
     pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize)",
     hook: Hook::None,
 };
 
-/// Each top-level loop nest into a function of its own, one function per set of identical
-/// ones (see [`outline`]).
+/// Each top-level computation on buffers (a structured op, a thread chunk loop, a copy) into a
+/// function of its own, one function per set of identical ones (see [`outline`]). It runs
+/// before [`LOOPS`], so that a model's repeated layers are lowered to loops once: on BERT that
+/// halved the `loops` stage, for the same LLVM IR.
 const OUTLINE: Stage = Stage {
     name: "outline",
     pipeline: "builtin.module(duplicate-function-elimination)",
@@ -158,7 +160,7 @@ const LLVM: Stage = Stage {
 pub const PIPELINES: &[(&str, &[Stage])] = &[
     (
         "default",
-        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, LOOPS, OUTLINE, LLVM],
+        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, OUTLINE, LOOPS, LLVM],
     ),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
@@ -167,7 +169,7 @@ pub const PIPELINES: &[(&str, &[Stage])] = &[
     ("loops", &[LOOPS]),
     ("outline", &[OUTLINE]),
     ("llvm", &[LLVM]),
-    ("to-llvm", &[BUFFERIZE, LOOPS, OUTLINE, LLVM]),
+    ("to-llvm", &[BUFFERIZE, OUTLINE, LOOPS, LLVM]),
 ];
 
 pub fn named(name: &str) -> Result<&'static [Stage]> {

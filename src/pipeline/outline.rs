@@ -6,11 +6,12 @@
 //! parallel, and LLVM optimises and compiles it as one unit: on BERT (2 layers) that function
 //! was three quarters of the module and bounded the compile however many threads compiled the
 //! rest. Outlined, the computations are units the parallel compile balances across threads,
-//! and a model's repeated layers (the same ops on the same shapes and layouts) compile once.
+//! and a model's repeated layers (the same ops on the same shapes and layouts) compile once
+//! (the stage runs on buffers before the `loops` stage, so once through that stage too).
 //!
 //! What stays in a function is its buffer management: allocations, deallocations, views and
-//! reshapes of buffers, constants and the return. Every other top-level op (a loop nest, an
-//! OpenMP region, a copy) is outlined as a function of its own, together with the ops that use
+//! reshapes of buffers, constants and the return. Every other top-level op (a structured op, a
+//! thread chunk loop, a copy) is outlined as a function of its own, together with the ops that use
 //! the values it defines (a register-tiled loop and the vector code storing its accumulators):
 //! one op per function keeps the functions small and the repeated ones identical. An op whose
 //! values a kept op uses stays too. An outlined function takes the values its ops use from outside as
