@@ -1026,7 +1026,8 @@ pub fn attach_for(
         }
     }
     tag(module, &tags);
-    isolate(context, module, &planned)?;
+    let moved = isolate(context, module, &planned)?;
+    tracing::debug!(moved, "contractions moved into functions of their own");
     append_script(context, module, &emit(&planned)?, "schedule")?;
     Ok(planned.len())
 }
@@ -1043,8 +1044,7 @@ const ISOLATE_CLONED: &[&str] = &["arith.constant", "ub.poison", "tensor.empty"]
 /// function that was 70% of the stage; in a function of three ops it is nothing. Only the
 /// contractions whose schedule fuses that way move (the others, with the inlining, would cost
 /// more than they save), and of those not one whose fill has other users or whose ops other
-/// ops use before the last of them.
-/// Returns how many it moved.
+/// ops use before the last of them. Returns how many it moved.
 fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<usize> {
     let attributes = outline::private_attributes(context, &[])?;
     let mut count = 0;
