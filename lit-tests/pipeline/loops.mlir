@@ -116,3 +116,49 @@ func.func @strided(%arg0: memref<4x8xf32, strided<[1, 4]>>, %arg1: memref<4x4xf3
   memref.dealloc %alloc : memref<4x8xf32>
   return
 }
+
+// -----
+
+// A pooling window: the loops over the 3x3 window (their induction variables added to the
+// output position's, `oh * 2 + kh`) are marked for LLVM's full unrolling; the output loops are
+// not. LLVM unrolls no other loop.
+// CHECK:       #[[$UNROLL:.*]] = #llvm.loop_unroll<full = true>
+// CHECK:       #[[$ANNOTATION:.*]] = #llvm.loop_annotation<unroll = #[[$UNROLL]]>
+// CHECK-LABEL: func.func @max_pool(
+// CHECK:         scf.for %[[OH:[a-z0-9]+]] =
+// CHECK-NEXT:      scf.for %[[OW:[a-z0-9]+]] =
+// CHECK-NEXT:        scf.for %[[KH:[a-z0-9]+]] =
+// CHECK-NEXT:          scf.for %[[KW:[a-z0-9]+]] =
+// CHECK-NEXT:            affine.apply #{{.*}}(%[[OH]], %[[KH]])
+// CHECK-NEXT:            affine.apply #{{.*}}(%[[OW]], %[[KW]])
+// CHECK:               } {loop_annotation = #[[$ANNOTATION]]}
+// CHECK-NEXT:        } {loop_annotation = #[[$ANNOTATION]]}
+// CHECK-NEXT:      } loc(
+// CHECK-NEXT:    } loc(
+func.func @max_pool(%in: memref<1x1x6x6xf32>, %win: memref<3x3xf32>, %out: memref<1x1x2x2xf32>) {
+  linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%in, %win : memref<1x1x6x6xf32>, memref<3x3xf32>) outs(%out : memref<1x1x2x2xf32>)
+  return
+}
+
+// -----
+
+// A reduction block loop (four iterations) combined with the loop inside it is no window: not
+// marked.
+// CHECK-LABEL: func.func @blocked(
+// CHECK-NOT:     loop_annotation
+func.func @blocked(%a: memref<64xf32>, %out: memref<f32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c64 = arith.constant 64 : index
+  scf.for %b = %c0 to %c64 step %c16 {
+    scf.for %k = %c0 to %c16 step %c1 {
+      %i = affine.apply affine_map<(d0, d1) -> (d0 + d1)>(%b, %k)
+      %x = memref.load %a[%i] : memref<64xf32>
+      %s = memref.load %out[] : memref<f32>
+      %t = arith.addf %s, %x : f32
+      memref.store %t, %out[] : memref<f32>
+    }
+  }
+  return
+}

@@ -180,16 +180,6 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Whether a node slides a window over its input: an op of the `conv` or `pooling` family.
-    pub fn has_windows(&self) -> Result<bool> {
-        let registry = crate::lower::Registry::global()?;
-        Ok(self.nodes.iter().any(|n| {
-            registry
-                .get(&n.target)
-                .is_some_and(|l| matches!(l.family, "conv" | "pooling"))
-        }))
-    }
-
     /// Parses and validates an interchange document.
     pub fn from_json(text: &str) -> Result<Graph> {
         let graph: Graph = serde_json::from_str(text)?;
@@ -219,32 +209,5 @@ impl Graph {
             .iter()
             .find(|n| n.name == r.node)
             .and_then(|n| n.outputs.get(r.index))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Graph;
-
-    fn graph(target: &str, args: &str) -> Graph {
-        let text = format!(
-            r#"{{"format": "fxmlir.graph", "version": 1, "name": "g",
-              "inputs": [{{"name": "x", "meta": {{"shape": [1, 1, 4, 4], "strides": [16, 16, 4, 1], "dtype": "float32"}}}}],
-              "nodes": [{{"name": "y", "target": "{target}", "args": [{{"ref": {{"node": "x"}}}}{args}],
-                "outputs": [{{"shape": [1, 1, 2, 2], "strides": [4, 4, 2, 1], "dtype": "float32"}}]}}],
-              "outputs": [{{"node": "y"}}]}}"#
-        );
-        Graph::from_json(&text).expect("a valid graph")
-    }
-
-    #[test]
-    fn windows_are_convolutions_and_poolings() {
-        let pool = graph(
-            "aten.avg_pool2d.default",
-            r#", {"list": [{"int": 2}, {"int": 2}]}"#,
-        );
-        assert!(pool.has_windows().expect("the registry builds"));
-        let relu = graph("aten.relu.default", "");
-        assert!(!relu.has_windows().expect("the registry builds"));
     }
 }

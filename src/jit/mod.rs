@@ -168,16 +168,11 @@ pub struct JitTimings {
 /// Translates an LLVM-dialect module whose function `name` has the C interface, optimises it
 /// and emits relocatable objects for the host, one per part of a large module compiled in
 /// parallel (load them together with [`load`]). `arg_count` is the number of memref arguments.
-///
-/// `unroll` turns LLVM's loop unrolling on. It pays on the small fixed loops of sliding windows
-/// (convolution and pooling graphs: mobilenet_v3_small ran 17% faster with it) and nowhere
-/// else: other loops arrive vectorised or get vectorised by LLVM, and on the transformer
-/// graphs unrolling was 30-40% of the compile time for no measurable run-time gain.
+/// LLVM unrolls only the loops the `loops` stage marked (see [`crate::pipeline::windows`]).
 pub fn compile(
     module: &Module,
     name: &str,
     arg_count: usize,
-    unroll: bool,
     dumps: Option<&Dumps>,
 ) -> Result<(Vec<Vec<u8>>, JitTimings)> {
     let host = host()?;
@@ -223,7 +218,7 @@ pub fn compile(
         d.write("unoptimized.ll", &llvm.print_to_string().to_string())?;
     }
 
-    let output = split::optimise(&llvm, host, unroll, dumps.is_some())?;
+    let output = split::optimise(&llvm, host, dumps.is_some())?;
     timings.optimize = output.optimize;
     timings.codegen = output.codegen;
     if let Some(d) = dumps {

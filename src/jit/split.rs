@@ -52,10 +52,10 @@ pub struct Output {
     pub codegen: Duration,
 }
 
-/// Optimises `llvm` (O2 for the host, with loop unrolling if `unroll`) and emits its objects:
+/// Optimises `llvm` (O2 for the host) and emits its objects:
 /// one part for a small module or a single-core host, else one part per core (at most one per
 /// function), compiled in parallel. `print` keeps each part's optimised IR.
-pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -> Result<Output> {
+pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
     let sizes = function_sizes(llvm);
     let total: usize = sizes.iter().map(|(_, n)| n).sum();
     let largest = sizes.iter().map(|(_, n)| *n).max().unwrap_or(0);
@@ -73,7 +73,7 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -
                 || !g.get_name().to_bytes().is_empty()
         });
     if parts < 2 || total - largest < MIN_SPLIT_INSTRUCTIONS || !linkable {
-        return whole(llvm, host, unroll, print);
+        return whole(llvm, host, print);
     }
     let groups = partition(&sizes, parts);
     tracing::debug!(instructions = total, parts, "compiling the module in parts");
@@ -90,7 +90,7 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -
                     .name(format!("fxmlir-llvm-{part}"))
                     .stack_size(STACK)
                     .spawn_scoped(scope, move || {
-                        compile_part(bitcode, groups, part, host, unroll, print)
+                        compile_part(bitcode, groups, part, host, print)
                     })
             })
             .collect();
@@ -120,9 +120,9 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -
 }
 
 /// The module as one part, compiled on this thread.
-fn whole(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -> Result<Output> {
+fn whole(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
     let start = Instant::now();
-    let (part, optimised) = optimise_and_emit(llvm, host, unroll, print)?;
+    let (part, optimised) = optimise_and_emit(llvm, host, print)?;
     Ok(Output {
         parts: vec![part],
         optimize: optimised.duration_since(start),
@@ -130,21 +130,17 @@ fn whole(llvm: &LlvmModule<'_>, host: &Host, unroll: bool, print: bool) -> Resul
     })
 }
 
-/// Runs O2 on `llvm` (loop unrolling only if `unroll`), verifies it and emits an object;
-/// returns the part and when O2 ended.
-fn optimise_and_emit(
-    llvm: &LlvmModule<'_>,
-    host: &Host,
-    unroll: bool,
-    print: bool,
-) -> Result<(Part, Instant)> {
+/// Runs O2 on `llvm` (loop unrolling only where loop metadata asks for it), verifies it and
+/// emits an object; returns the part and when O2 ended.
+fn optimise_and_emit(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<(Part, Instant)> {
     let machine = target_machine(host)?;
     // O2, not O3: on fused linalg loop nests O3's extra unrolling and vectorisation cost 5-13x
     // the optimisation and codegen time and measured no faster (often slower); matrix
-    // products arrive already vectorised by the schedule stage. Loop unrolling (full and
-    // partial) is the caller's choice, see `jit::compile`.
+    // products arrive already vectorised by the schedule stage. Loop unrolling is off: with
+    // it off O2 still unrolls the loops whose metadata forces it, which are the window loops
+    // `pipeline::windows` marks (everywhere else it cost compile time for no run-time gain).
     let options = PassBuilderOptions::create();
-    options.set_loop_unrolling(unroll);
+    options.set_loop_unrolling(false);
     llvm.run_passes("default<O2>", &machine, options)
         .map_err(|e| Error::Llvm(format!("optimisation failed: {e}")))?;
     let optimised = Instant::now();
@@ -166,7 +162,6 @@ fn compile_part(
     groups: &HashMap<String, usize>,
     part: usize,
     host: &Host,
-    unroll: bool,
     print: bool,
 ) -> Result<(Part, Instant)> {
     let ctx = LlvmContext::create();
@@ -204,7 +199,7 @@ fn compile_part(
         }
     }
     let start = Instant::now();
-    let (compiled, optimised) = optimise_and_emit(&llvm, host, unroll, print)?;
+    let (compiled, optimised) = optimise_and_emit(&llvm, host, print)?;
     tracing::debug!(
         part,
         optimise_ms = optimised.duration_since(start).as_secs_f64() * 1e3,
@@ -382,7 +377,7 @@ define void @main() {
         let groups: HashMap<String, usize> =
             [("work".to_string(), 0), ("main".to_string(), 1)].into();
         let host = super::super::host().unwrap();
-        let (part, _) = compile_part(bitcode.as_slice(), &groups, 1, host, false, true).unwrap();
+        let (part, _) = compile_part(bitcode.as_slice(), &groups, 1, host, true).unwrap();
         let ir = part.ir.unwrap();
         assert!(ir.contains("declare void @work()"), "{ir}");
         assert!(ir.contains("@counter = external "), "{ir}");

@@ -8,6 +8,7 @@
 pub mod outline;
 pub mod parallel;
 pub mod schedule;
+pub mod windows;
 
 use crate::error::{Error, Result};
 use melior::{
@@ -47,6 +48,9 @@ pub enum Hook {
     /// [`outline::mark_noalias`] after the passes (which drop the argument attributes of
     /// memrefs): the outlined functions' disjoint pointers become LLVM `noalias`.
     Noalias,
+    /// [`windows::mark`] after the passes: the loops over convolution and pooling windows are
+    /// marked for LLVM's full unrolling.
+    Windows,
 }
 
 impl Hook {
@@ -65,7 +69,7 @@ impl Hook {
     /// Appends the stage's transform script, or outlines; returns how many ops it transforms.
     fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
         match self {
-            Hook::None | Hook::Noalias => Ok(0),
+            Hook::None | Hook::Noalias | Hook::Windows => Ok(0),
             Hook::Schedule => schedule::attach(context, module, threads),
             Hook::Parallel => parallel::attach(context, module, threads),
             Hook::Outline => outline::outline(context, module),
@@ -73,13 +77,17 @@ impl Hook {
     }
 
     /// The hook's work after the passes succeeded: erases what [`Hook::attach`] added for them
-    /// (the transform script and its tags), or marks `noalias`.
+    /// (the transform script and its tags), or marks `noalias` or window loops.
     fn finish(self, context: &Context, module: &mut Module) -> Result<()> {
         match self {
             Hook::Schedule | Hook::Parallel => schedule::detach(module),
             Hook::Noalias => {
                 let marked = outline::mark_noalias(context, module)?;
                 tracing::debug!(pointers = marked, "outlined arguments marked noalias");
+            }
+            Hook::Windows => {
+                let marked = windows::mark(context, module)?;
+                tracing::debug!(loops = marked, "window loops marked for full unrolling");
             }
             Hook::None | Hook::Outline => {}
         }
@@ -130,7 +138,7 @@ const BUFFERIZE: Stage = Stage {
 const LOOPS: Stage = Stage {
     name: "loops",
     pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize)",
-    hook: Hook::None,
+    hook: Hook::Windows,
 };
 
 /// Each top-level computation on buffers (a structured op, a thread chunk loop, a copy) into a

@@ -235,8 +235,7 @@ fn build(
 
     let arg_count = graph.inputs.len() + graph.outputs.len();
     let _s = tracing::debug_span!("jit").entered();
-    let unroll = graph.has_windows()?;
-    let (objects, jt) = jit::compile(&module, &graph.name, arg_count, unroll, dumps.as_ref())?;
+    let (objects, jt) = jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?;
     if let Some(d) = &dumps {
         dumped.push(d.path("ll"));
     }
