@@ -27,7 +27,7 @@ use mlir_sys::{
     mlirOperationSetAttributeByName, mlirValueGetFirstUse,
 };
 
-/// The most iterations a window loop is unrolled for (a 7x7 kernel's rows).
+/// The most iterations a window loop is unrolled for (a 7x7 kernel's rows, with one to spare).
 const MAX_TRIP: i64 = 8;
 
 /// The annotation of a window loop.
@@ -46,6 +46,10 @@ fn constant(value: Value) -> Option<i64> {
 
 /// Whether `value` is the induction variable of an `scf.for` that encloses `op`.
 fn is_enclosing_induction_variable(value: Value, op: MlirOperation) -> bool {
+    // Checked first: melior's failed conversion prints the value, numbering its function.
+    if !value.is_block_argument() {
+        return false;
+    }
     let Ok(argument) = BlockArgument::try_from(value) else {
         return false;
     };
