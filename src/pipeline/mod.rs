@@ -36,9 +36,8 @@ pub enum Hook {
     /// Passes only.
     None,
     /// [`schedule::attach`] before the passes, [`schedule::detach`] after them. Should the
-    /// passes fail, the stage is skipped (the module keeps the scalar path, and the products
-    /// [`schedule::attach`] moved into functions of their own stay where they were) with a
-    /// warning and a reproducer, rather than failing the compile.
+    /// passes fail, the stage is skipped (the module goes on as it was before the hook, with
+    /// the scalar path) with a warning and a reproducer, rather than failing the compile.
     Schedule,
     /// [`parallel::attach`] before the passes, [`schedule::detach`] after them; skipped on
     /// failure like [`Hook::Schedule`] (the module stays single-threaded).

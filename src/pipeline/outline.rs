@@ -104,7 +104,7 @@ fn failure(message: String) -> Error {
     Error::stage("outline", message)
 }
 
-fn op_name(op: &OperationRef) -> String {
+pub(super) fn op_name(op: &OperationRef) -> String {
     op.name().as_string_ref().as_str().unwrap_or("").to_string()
 }
 
@@ -399,17 +399,11 @@ pub(super) fn outline_group<'c, 'a>(
         return Ok(true);
     };
     let location = last.location();
-    let mut position = HashMap::new();
-    let mut next = block.first_operation();
-    while let Some(op) = next {
-        next = op.next_in_block();
-        position.insert(op_key(op.to_raw()), position.len());
-    }
     let members: HashSet<usize> = group.iter().map(|op| op_key(op.to_raw())).collect();
-    let end = position.get(&op_key(last.to_raw())).copied().unwrap_or(0);
-    // The group's values used outside it: (value, its uses there as (user, operand index)).
+    // The group's values used outside it: (value, its uses there as (user, operand index)),
+    // and the ops of `block` that hold those uses.
     let mut results: Vec<(MlirValue, Vec<(MlirOperation, isize)>)> = Vec::new();
-    let mut early = false;
+    let mut holders = HashSet::new();
     for op in group {
         // SAFETY: the group's ops and their users are live ops of `function`.
         unsafe {
@@ -418,7 +412,7 @@ pub(super) fn outline_group<'c, 'a>(
                 if members.contains(&holder) {
                     return;
                 }
-                early |= position.get(&holder).is_none_or(|&p| p < end);
+                holders.insert(holder);
                 let value = mlirOperationGetResult(op.to_raw(), i as isize);
                 match results.iter_mut().find(|(v, _)| key(*v) == key(value)) {
                     Some((_, uses)) => uses.push((user, index)),
@@ -427,7 +421,13 @@ pub(super) fn outline_group<'c, 'a>(
             });
         }
     }
-    if early {
+    // The call replaces the group's last op: every holder must come after it.
+    let mut next = last.next_in_block();
+    while let Some(op) = next.filter(|_| !holders.is_empty()) {
+        holders.remove(&op_key(op.to_raw()));
+        next = op.next_in_block();
+    }
+    if !holders.is_empty() {
         return Ok(false);
     }
     // One pass over the captured values: clones in the entry block, or arguments.

@@ -10,12 +10,12 @@
 //! induction variable an `affine.apply` combines with an enclosing loop's (`oh * stride + kh`),
 //! as `convert-linalg-to-loops` indexes a window.
 
-use super::outline::result_owner;
+use super::outline::{op_name, result_owner};
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
     ir::{
-        Attribute, BlockLike, RegionLike, Value, ValueLike,
+        Attribute, BlockLike, OperationRef, RegionLike, Value, ValueLike,
         attribute::{AttributeLike, IntegerAttribute},
         block::BlockArgument,
         operation::{OperationLike, WalkOrder, WalkResult},
@@ -23,8 +23,8 @@ use melior::{
 };
 use mlir_sys::{
     MlirOperation, mlirOpOperandGetNextUse, mlirOpOperandGetOwner, mlirOpOperandIsNull,
-    mlirOperationGetName, mlirOperationGetNumOperands, mlirOperationGetOperand,
-    mlirOperationSetAttributeByName, mlirValueGetFirstUse,
+    mlirOperationGetNumOperands, mlirOperationGetOperand, mlirOperationSetAttributeByName,
+    mlirValueGetFirstUse,
 };
 
 /// The most iterations a window loop is unrolled for (a 7x7 kernel's rows, with one to spare).
@@ -74,13 +74,6 @@ fn is_enclosing_induction_variable(value: Value, op: MlirOperation) -> bool {
     false
 }
 
-fn name_of(op: MlirOperation) -> String {
-    // SAFETY: `op` is a live operation; its name is an interned identifier.
-    let name =
-        unsafe { StringRef::from_raw(mlir_sys::mlirIdentifierStr(mlirOperationGetName(op))) };
-    name.as_str().unwrap_or("").to_string()
-}
-
 /// Whether an `affine.apply` combines the induction variable `iv` of `for_op` with the
 /// induction variable of a loop around it (a window's offset added to the output position;
 /// a reduction block loop combined with the loop inside it is not a window).
@@ -92,7 +85,7 @@ fn indexes_a_window(iv: Value, for_op: MlirOperation) -> bool {
         let mut usage = mlirValueGetFirstUse(iv.to_raw());
         while !found && !mlirOpOperandIsNull(usage) {
             let user = mlirOpOperandGetOwner(usage);
-            if name_of(user) == "affine.apply" {
+            if op_name(&OperationRef::from_raw(user)) == "affine.apply" {
                 found = (0..mlirOperationGetNumOperands(user)).any(|i| {
                     let operand = Value::from_raw(mlirOperationGetOperand(user, i));
                     operand.to_raw().ptr != iv.to_raw().ptr
