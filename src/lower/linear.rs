@@ -28,7 +28,7 @@ pub(super) fn register(r: &mut Registry) {
 
 /// `a @ b` for rank-2 (`linalg.matmul`) or rank-3 (`linalg.batch_matmul`) operands, in the
 /// accumulator dtype of `dtype`.
-fn contract<'c, 'a>(
+pub(super) fn contract<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     a: &Tensor<'c, 'a>,
     b: &Tensor<'c, 'a>,

@@ -1,6 +1,7 @@
 //! Lowering from the interchange graph to MLIR on tensors. One [`Registry`] maps each ATen
 //! overload to its lowering; each op family registers its rows from its own file.
 
+mod attention;
 mod conv;
 mod creation;
 mod data_movement;
@@ -69,7 +70,7 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
-        let families: [(&'static str, Register); 11] = [
+        let families: [(&'static str, Register); 12] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
             ("linear", linear::register),
@@ -78,6 +79,7 @@ impl Registry {
             ("indexing", indexing::register),
             ("scan", scan::register),
             ("normalization", normalization::register),
+            ("attention", attention::register),
             ("conv", conv::register),
             ("pooling", pooling::register),
             ("resize", resize::register),
