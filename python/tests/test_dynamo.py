@@ -174,3 +174,29 @@ def test_bool_results_of_a_matrix_product():
     got = torch.compile(fn, backend="fxmlir")(a, b)
     for g, w in zip(got, fn(a, b)):
         assert torch.equal(g, w)
+
+
+def test_attention_reaches_fxmlir_whole_and_matches_eager(tmp_path):
+    """``F.scaled_dot_product_attention`` (as CPU flash attention) is lowered natively, not
+    decomposed: with a boolean padding mask (which PyTorch turns into an additive one) and
+    causally."""
+    import torch.nn.functional as F
+
+    def fn(q, k, v, keep):
+        return (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=keep),
+            F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        )
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    keep = torch.rand(2, 1, 6, 6) > 0.3
+    keep[..., 0] = True
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        torch._dynamo.reset()
+        actual = torch.compile(fn, backend="fxmlir")(q, k, v, keep)
+    for a, e in zip(actual, fn(q, k, v, keep)):
+        torch.testing.assert_close(a, e, atol=ATOL, rtol=RTOL)
+    graphs = "".join(p.read_text() for p in tmp_path.glob("*.fx.json"))
+    assert graphs.count('"aten._scaled_dot_product_flash_attention_for_cpu.default"') == 2
+    assert '"aten.bmm.default"' not in graphs

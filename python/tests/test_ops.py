@@ -1012,6 +1012,52 @@ def softmax_samples(dt):
     return out
 
 
+ATTENTION_TOL = {f64: (1e-10, 1e-10), f32: (1e-5, 1e-5), f16: (2e-3, 2e-3), bf16: (2e-2, 2e-2)}
+
+
+def attention_samples(dt):
+    q, k, v = mk([2, 3, 5, 8], dt, -2, 2), mk([2, 3, 7, 8], dt, -2, 2), mk([2, 3, 7, 8], dt, -2, 2)
+    out = [
+        S(
+            "basic",
+            [q, k, v],
+            lambda op, q, k, v: (
+                op(q, k, v),
+                op(q, k, v, is_causal=True),
+                op(q, k, v, scale=0.3),
+            ),
+        )
+    ]
+    if dt == f32:
+        mask = mk([5, 7], dt)
+        mask[1] = -inf  # a fully masked row: zeros and a logsumexp of 0
+        mask[2, 3] = -inf
+        out += [
+            S(
+                "mask",
+                [q, k, v, mask, mk([2, 1, 5, 7], dt)],
+                lambda op, q, k, v, m, m4: (
+                    op(q, k, v, attn_mask=m),
+                    op(q, k, v, attn_mask=m, is_causal=True),
+                    op(q, k, v, attn_mask=m4),
+                ),
+            ),
+            # The output takes the query's strides (here a transposed view).
+            S(
+                "strided",
+                [mk([2, 5, 3, 8], dt).transpose(1, 2), k, v],
+                lambda op, q, k, v: op(q, k, v),
+            ),
+            # More queries than keys: causal rows past the last key see every key.
+            S(
+                "long_query",
+                [mk([1, 2, 9, 8], dt), mk([1, 2, 4, 8], dt), mk([1, 2, 4, 8], dt)],
+                lambda op, q, k, v: op(q, k, v, is_causal=True),
+            ),
+        ]
+    return out
+
+
 def layer_norm_samples(dt):
     x = mk([2, 3, 4], dt)
     w, bias = mk([4], dt), mk([4], dt)
@@ -2936,6 +2982,12 @@ ROWS: list[Row] = [
     # ---- normalization ----
     Row("aten._softmax.default", FLOATS, softmax_samples, tol=CLOSE),
     Row("aten._log_softmax.default", FLOATS, softmax_samples, tol=CLOSE),
+    Row(
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        FLOATS,
+        attention_samples,
+        tol=ATTENTION_TOL,
+    ),
     Row(
         "aten.native_layer_norm.default",
         FLOATS,

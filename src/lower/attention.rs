@@ -29,11 +29,15 @@ fn lower_flash_attention<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
 ) -> Result<Vec<Value<'c, 'a>>> {
-    let (q, k, v) = (ctx.tensor(node, 0)?, ctx.tensor(node, 1)?, ctx.tensor(node, 2)?);
+    let (q, k, v) = (
+        ctx.tensor(node, 0)?,
+        ctx.tensor(node, 1)?,
+        ctx.tensor(node, 2)?,
+    );
     let dropout = ctx.float(node, 3)?;
     if dropout != 0.0 {
         return fail(format!(
-            "attention with dropout_p={dropout} is not supported (fxmlir compiles inference: no random dropout)"
+            "attention with dropout_p={dropout} draws random numbers: it runs in eager PyTorch"
         ));
     }
     let causal = ctx.bool(node, 4)?;
@@ -57,15 +61,16 @@ fn lower_flash_attention<'c, 'a>(
     };
     let acc = out.dtype.compute();
     let scores_shape = [batch, heads, l, s];
-    if let Some(m) = &mask {
-        if emit::broadcast_shapes(&[&m.shape, &scores_shape]).ok().as_deref()
+    if let Some(m) = &mask
+        && emit::broadcast_shapes(&[&m.shape, &scores_shape])
+            .ok()
+            .as_deref()
             != Some(&scores_shape[..])
-        {
-            return fail(format!(
-                "attn_mask of shape {:?} does not broadcast to the scores {scores_shape:?}",
-                m.shape
-            ));
-        }
+    {
+        return fail(format!(
+            "attn_mask of shape {:?} does not broadcast to the scores {scores_shape:?}",
+            m.shape
+        ));
     }
 
     // q @ kᵀ over the batch and heads together.
@@ -92,13 +97,19 @@ fn lower_flash_attention<'c, 'a>(
         &[(init, emit::identity_map(4))],
         &[Iter::Parallel; 4],
         |b, x| {
-            let mut score = b.same("arith.mulf", &[x[0], b.constant(Scalar::Float(scale), acc)?])?;
+            let mut score = b.same(
+                "arith.mulf",
+                &[x[0], b.constant(Scalar::Float(scale), acc)?],
+            )?;
             if let Some(dtype) = mask_dtype {
                 let m = b.convert(x[1], dtype, acc)?;
                 score = b.same("arith.addf", &[score, m])?;
             }
             if causal {
-                let (i, j) = (reduction::linalg_index(b, 2)?, reduction::linalg_index(b, 3)?);
+                let (i, j) = (
+                    reduction::linalg_index(b, 2)?,
+                    reduction::linalg_index(b, 3)?,
+                );
                 let above = b.cmpi("ugt", j, i)?;
                 let hidden = b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?;
                 score = b.select(above, hidden, score)?;

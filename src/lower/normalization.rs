@@ -66,11 +66,7 @@ fn lower_softmax<'c, 'a>(
     } else {
         vec![norm_dim(ctx.int(node, 1)?, rank)?]
     };
-    let normalise = if log {
-        Normalise::Log
-    } else {
-        Normalise::Exp
-    };
+    let normalise = if log { Normalise::Log } else { Normalise::Exp };
     let parts = softmax(ctx, &x, &dims, out.dtype, normalise)?;
     Ok(vec![parts.result])
 }
@@ -108,13 +104,9 @@ pub(super) fn softmax<'c, 'a>(
     let rank = x.rank();
     let acc = out_dtype.compute();
     let from = x.dtype;
-    let mut max = ctx.reduce(
-        x,
-        dims,
-        acc,
-        Scalar::Float(f64::NEG_INFINITY),
-        |b, a, v| b.same("arith.maximumf", &[a, v]),
-    )?;
+    let mut max = ctx.reduce(x, dims, acc, Scalar::Float(f64::NEG_INFINITY), |b, a, v| {
+        b.same("arith.maximumf", &[a, v])
+    })?;
     if matches!(normalise, Normalise::ExpMasked) {
         max.value = ctx.elementwise(
             &[Operand::Tensor(max.clone())],
@@ -123,7 +115,11 @@ pub(super) fn softmax<'c, 'a>(
             &max.shape,
             acc,
             |b, v| {
-                let masked = b.cmpf("oeq", v[0], b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?)?;
+                let masked = b.cmpf(
+                    "oeq",
+                    v[0],
+                    b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?,
+                )?;
                 b.select(masked, b.constant(Scalar::Float(0.0), acc)?, v[0])
             },
         )?;
