@@ -158,15 +158,16 @@ fn optimise_and_emit(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<
 }
 
 /// Marks the optimised entry point (in this part) `optnone`, which makes code generation select
-/// its instructions the fast way. The entry is straight-line code (descriptor loads, buffer
-/// allocations and a call per computation), where the full instruction selection gains nothing
-/// at run time but costs more than any other function: on BERT, about a third of its part's
-/// code generation. `optnone` requires `noinline`.
+/// its instructions the fast way. After `outline` the entry is straight-line code (descriptor
+/// loads, buffer allocations and a call per computation), where the full instruction selection
+/// gains nothing at run time but costs more than any other function: on BERT, about a third of
+/// its part's code generation. An entry of more than one block (a loop left in the graph
+/// function, as when outlining was skipped) keeps the full code generation.
 fn select_entry_fast(llvm: &LlvmModule<'_>) {
     let Some(entry) = llvm.get_function(super::ENTRY) else {
         return;
     };
-    if entry.count_basic_blocks() == 0 {
+    if entry.count_basic_blocks() != 1 {
         return;
     }
     let ctx = llvm.get_context();
@@ -404,5 +405,46 @@ define void @main() {
         assert!(ir.contains("@counter = external "), "{ir}");
         assert!(!ir.contains("dso_local"), "{ir}");
         assert!(!part.object.is_empty());
+    }
+
+    /// Only a straight-line entry point is left to fast instruction selection: one with a loop
+    /// (outlining skipped) keeps the full code generation.
+    #[test]
+    fn only_a_straight_line_entry_is_selected_fast() {
+        let straight = r#"
+declare void @work(ptr)
+define void @fxmlir_entry(ptr %argv) {
+  call void @work(ptr %argv)
+  ret void
+}
+"#;
+        let looping = r#"
+define void @fxmlir_entry(ptr %argv) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %p = getelementptr float, ptr %argv, i64 %i
+  store float 0.0, ptr %p
+  %next = add i64 %i, 1
+  %done = icmp eq i64 %next, 64
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}
+"#;
+        for (text, fast) in [(straight, true), (looping, false)] {
+            let ctx = LlvmContext::create();
+            let buffer = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "test");
+            let llvm = ctx.create_module_from_ir(buffer).unwrap();
+            select_entry_fast(&llvm);
+            let entry = llvm.get_function(super::super::ENTRY).unwrap();
+            let optnone = Attribute::get_named_enum_kind_id("optnone");
+            let marked = entry
+                .get_enum_attribute(AttributeLoc::Function, optnone)
+                .is_some();
+            assert_eq!(marked, fast, "{}", llvm.print_to_string().to_string());
+            llvm.verify().unwrap();
+        }
     }
 }
