@@ -56,6 +56,15 @@ fn lower_flash_attention<'c, 'a>(
             q.shape, k.shape, v.shape
         ));
     }
+    if let Some(m) = &mask
+        && m.dtype != q.dtype
+    {
+        return fail(format!(
+            "attn_mask must have the query's dtype {}, got {} (PyTorch's kernel refuses it too)",
+            q.dtype.name(),
+            m.dtype.name()
+        ));
+    }
     let scale = match ctx.arg(node, 6)? {
         Arg::None => 1.0 / (e as f64).sqrt(),
         _ => ctx.float(node, 6)?,
