@@ -7,7 +7,7 @@
 
 use super::normalization::{Normalise, softmax};
 use super::{
-    Iter, LowerCtx, Registry, Scalar, Tensor, data_movement, emit, fail, linear, reduction,
+    LowerCtx, Operand, Registry, Scalar, Tensor, data_movement, emit, fail, linear, reduction,
 };
 use crate::error::Result;
 use crate::graph::{Arg, Node};
@@ -96,23 +96,20 @@ fn lower_flash_attention<'c, 'a>(
     let product = ctx.reshape(&product, &scores_shape)?;
 
     // Scale, mask and causality in one pass.
-    let mut inputs = vec![(product.value, emit::identity_map(4))];
-    if let Some(m) = &mask {
-        inputs.push((m.value, emit::broadcast_map(&m.shape, &scores_shape)));
-    }
-    let mask_dtype = mask.as_ref().map(|m| m.dtype);
-    let init = ctx.e.empty(&scores_shape, acc)?;
-    let scores = ctx.e.generic(
-        &inputs,
-        &[(init, emit::identity_map(4))],
-        &[Iter::Parallel; 4],
+    let mut operands = vec![Operand::Tensor(product)];
+    operands.extend(mask.map(Operand::Tensor));
+    let scores = ctx.elementwise(
+        &operands,
+        &vec![acc; operands.len()],
+        acc,
+        &scores_shape,
+        acc,
         |b, x| {
             let mut score = b.same(
                 "arith.mulf",
                 &[x[0], b.constant(Scalar::Float(scale), acc)?],
             )?;
-            if let Some(dtype) = mask_dtype {
-                let m = b.convert(x[1], dtype, acc)?;
+            if let Some(&m) = x.get(1) {
                 score = b.same("arith.addf", &[score, m])?;
             }
             if causal {
@@ -124,9 +121,9 @@ fn lower_flash_attention<'c, 'a>(
                 let hidden = b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?;
                 score = b.select(above, hidden, score)?;
             }
-            Ok(vec![score])
+            Ok(score)
         },
-    )?[0];
+    )?;
     let scores = Tensor {
         value: scores,
         shape: scores_shape.to_vec(),
@@ -150,23 +147,23 @@ fn lower_flash_attention<'c, 'a>(
 
     // logsumexp = max + log(sum), 0 for a fully masked row (whose sum is 0).
     let stats_shape = probabilities.max.shape.clone();
-    let flat = emit::identity_map(stats_shape.len());
-    let init = ctx.e.empty(&stats_shape, acc)?;
-    let logsumexp = ctx.e.generic(
+    let logsumexp = ctx.elementwise(
         &[
-            (probabilities.max.value, flat.clone()),
-            (probabilities.sum, flat.clone()),
+            Operand::Tensor(probabilities.max),
+            Operand::Tensor(probabilities.sum),
         ],
-        &[(init, flat)],
-        &vec![Iter::Parallel; stats_shape.len()],
+        &[acc, acc],
+        acc,
+        &stats_shape,
+        acc,
         |b, x| {
             let zero = b.constant(Scalar::Float(0.0), acc)?;
             let empty = b.cmpf("oeq", x[1], zero)?;
             let log = b.same("math.log", &[x[1]])?;
             let sum = b.same("arith.addf", &[x[0], log])?;
-            Ok(vec![b.select(empty, zero, sum)?])
+            b.select(empty, zero, sum)
         },
-    )?[0];
+    )?;
     Ok(vec![output.value, logsumexp])
 }
 

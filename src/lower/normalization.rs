@@ -89,7 +89,7 @@ pub(super) enum Normalise {
 pub(super) struct Softmax<'c, 'a> {
     pub result: Value<'c, 'a>,
     pub max: Tensor<'c, 'a>,
-    pub sum: Value<'c, 'a>,
+    pub sum: Tensor<'c, 'a>,
 }
 
 /// Softmax (or log-softmax) of `x` over `dims`, computed in the compute dtype of `out_dtype`
@@ -170,6 +170,11 @@ pub(super) fn softmax<'c, 'a>(
             Ok(vec![b.convert(r, acc, out_dtype)?])
         },
     )?[0];
+    let sum = Tensor {
+        value: sum,
+        shape: max.shape.clone(),
+        dtype: acc,
+    };
     Ok(Softmax { result, max, sum })
 }
 
