@@ -5,6 +5,7 @@
 //! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
 //! replays with stock `mlir-opt`), after them it erases the script.
 
+mod chains;
 pub mod outline;
 pub mod parallel;
 pub mod schedule;

@@ -16,7 +16,7 @@
 //! loop, so the product never reaches memory. Everything else (other dtypes, dynamic shapes,
 //! transposed matmul variants) keeps the scalar path.
 
-use super::outline;
+use super::{chains, outline};
 use crate::error::{Error, Result};
 use melior::{
     Context,
@@ -486,7 +486,7 @@ pub(super) fn plain_body(op: &melior::ir::OperationRef) -> bool {
 /// For an all-parallel `linalg.generic` whose body is plain arithmetic: per operand, whether
 /// its indexing map is the identity. `None` when the generic cannot be fused as an epilogue
 /// (including when an operand is read through a transposing map).
-fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
+pub(super) fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
     let iterators = op.attribute("iterator_types").ok()?.to_string();
     let maps = op.attribute("indexing_maps").ok()?;
     let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
@@ -1017,6 +1017,11 @@ pub fn attach_for(
     if has_entry(module) {
         return Ok(0);
     }
+    let folded = chains::fold(context, module)?;
+    tracing::debug!(
+        folded,
+        "elementwise ops folded into the chains after products"
+    );
     let planned = plan(module, target, threads as i64);
     let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
     for (id, p) in planned.iter().enumerate() {

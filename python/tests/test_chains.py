@@ -1,0 +1,93 @@
+"""Elementwise chains after a matrix product (bias, activation, residual sum, score scaling),
+also behind the reshapes a `view` lowers to, become the product's one epilogue
+(`pipeline::chains`): the results match eager, and the schedule stage leaves no elementwise
+generic of its own for them."""
+
+import pathlib
+
+import fxmlir
+import pytest
+import torch
+import torch.nn.functional as F
+
+# Products over 32 terms, accumulated in another order than eager's, then erf/tanh.
+ATOL = RTOL = 1e-4
+
+
+def _bias_gelu_residual(x, w, b, r):
+    return F.gelu(x @ w + b) + r
+
+
+def _scaled_scores(q, k):
+    return (q @ k) / 8.0
+
+
+def _bias_relu_scale(x, w, b):
+    return torch.relu(x @ w + b) * 0.5
+
+
+def _bias_tanh_gelu(x, w, b):
+    return F.gelu(x @ w + b, approximate="tanh")
+
+
+def _split_last_dim(x, w, s):
+    return (x @ w).view(64, 8, 8) * s
+
+
+def _two_uses(x, w, b):
+    y = x @ w + b
+    return F.gelu(y), y
+
+
+# name: (function, input shapes, dtype, whether the whole chain folds into the epilogue). The
+# weights come transposed already, so no transposing copy (a generic) precedes the product.
+CASES = {
+    # mm -> view -> add bias (broadcast) -> gelu -> add: behind a reshape, then direct.
+    "bias_gelu_residual": (
+        _bias_gelu_residual,
+        [(4, 16, 32), (32, 64), (64,), (4, 16, 64)],
+        torch.float32,
+        True,
+    ),
+    # bmm -> view -> div: the scaling joins the batched product.
+    "scaled_scores": (_scaled_scores, [(2, 4, 16, 32), (2, 4, 32, 16)], torch.float32, True),
+    # mm -> add bias -> relu -> mul: a direct chain of three.
+    "bias_relu_scale": (_bias_relu_scale, [(64, 32), (32, 64), (64,)], torch.float32, True),
+    "bias_tanh_gelu_f64": (
+        _bias_tanh_gelu,
+        [(2, 8, 32), (32, 64), (64,)],
+        torch.float64,
+        True,
+    ),
+    # The view splits the last dimension, which the broadcast operand reads: not taken.
+    "split_last_dim": (_split_last_dim, [(64, 32), (32, 64), (8,)], torch.float32, False),
+    # The product's value is also an output: nothing after it folds.
+    "two_uses": (_two_uses, [(64, 32), (32, 48), (48,)], torch.float32, False),
+}
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_chain_matches_eager(name, threads, tmp_path):
+    fn, shapes, dtype, folds = CASES[name]
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = fn(*args)
+        with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
+            actual = torch.compile(fn, backend="fxmlir")(*args)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    scheduled = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.mlir"))
+    assert "vector.contract" in scheduled, "the product was not scheduled"
+    if folds:
+        assert "linalg.generic" not in scheduled, "an elementwise op stayed out of the epilogue"
+    else:
+        assert "linalg.generic" in scheduled

@@ -1,0 +1,532 @@
+//! Elementwise chains after a matrix product, made one epilogue before the schedule runs. The
+//! schedule fuses a product's single elementwise consumer into its tile loop, but a linear
+//! layer's result usually passes through more: its bias, then an activation (GELU, ReLU) or a
+//! residual sum, often behind a `view` between the 2-D product and a 3-D activation, and a
+//! batched product's scores are scaled behind such a `view`. The upstream elementwise fusion runs
+//! after the schedule (before it, it would generalise the products), so each op after the first
+//! stayed a loop nest of its own: one more pass over memory at run time, one more function to
+//! compile.
+//!
+//! Here, for each product, its chain of consumers is folded while each link is the only use of
+//! the one before:
+//! - an all-parallel `linalg.generic` reading the chain's value with the identity map and
+//!   writing the same shape merges with the generic before it (their bodies run one after the
+//!   other in one loop nest) or, right after the product, starts the chain;
+//! - a generic reading it through reshapes (`tensor.collapse_shape`/`expand_shape`, the
+//!   row-major reinterpretation a `view` lowers to) is rebuilt on the chain's shape, when each
+//!   of its other inputs is of its own shape (reshaped alike), a scalar, or broadcast along
+//!   trailing dimensions both shapes share (a bias over the last one); its result is reshaped
+//!   back for its users.
+//!
+//! Only `f32`/`f64` generics with plain arithmetic bodies take part: those the schedule fuses.
+//! A chain that ends in a graph output through a reshape makes bufferization copy the result
+//! into the output (the reshape hides the output buffer from the product's loop); that copy
+//! is cheaper than the pass over memory the folded op was.
+
+use super::schedule::{elementwise_maps, map_results, result_dim, tensor_shape};
+use crate::error::{Error, Result};
+use melior::{
+    Context, IrRewriter,
+    ir::{
+        Attribute, Block, BlockLike, Identifier, Location, Module, Operation, OperationRef, Region,
+        RegionLike, Type, Value, ValueLike,
+        operation::{OperationBuilder, OperationLike},
+    },
+};
+use mlir_sys::{
+    mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
+    mlirOpOperandIsNull, mlirValueGetFirstUse,
+};
+
+const RESHAPES: &[&str] = &["tensor.collapse_shape", "tensor.expand_shape"];
+
+fn failure(message: String) -> Error {
+    Error::stage("schedule", message)
+}
+
+fn name(op: &OperationRef) -> String {
+    op.name().as_string_ref().as_str().unwrap_or("").to_string()
+}
+
+/// The only use of `value`: its user and the operand's index; `None` for none or several.
+fn sole_use<'c, 'a>(value: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)> {
+    // SAFETY: `value` is live; a use list ends with a null use; the owner of a use is a live op.
+    unsafe {
+        let first = mlirValueGetFirstUse(value.to_raw());
+        if mlirOpOperandIsNull(first) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(first)) {
+            return None;
+        }
+        let user = OperationRef::from_raw(mlirOpOperandGetOwner(first));
+        Some((user, mlirOpOperandGetOperandNumber(first) as usize))
+    }
+}
+
+/// `affine_map<(d0, ..) -> (results)>` over `rank` loops.
+fn affine_map(rank: usize, results: &[String]) -> String {
+    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+    format!(
+        "affine_map<({}) -> ({})>",
+        dims.join(", "),
+        results.join(", ")
+    )
+}
+
+/// `affine_map<(d0, ..) -> (d0, ..)>` over `rank` loops.
+fn identity(rank: usize) -> String {
+    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+    affine_map(rank, &dims)
+}
+
+/// The printed indexing maps of a generic, one per operand.
+fn maps(op: &OperationRef) -> Option<Vec<String>> {
+    let maps = op.attribute("indexing_maps").ok()?;
+    let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
+    (0..maps.len())
+        .map(|i| maps.element(i).ok().map(|m| m.to_string()))
+        .collect()
+}
+
+/// A generic the chain can take in: all-parallel with a plain body on `f32`/`f64`, one result,
+/// its output not read by the body. Returns its number of inputs.
+fn chainable(op: &OperationRef) -> Option<usize> {
+    if name(op) != "linalg.generic" {
+        return None;
+    }
+    elementwise_maps(op)?;
+    let inputs = op.operand_count().checked_sub(1)?;
+    let body = op.region(0).ok()?.first_block()?;
+    let out = body.argument(inputs).ok()?;
+    // SAFETY: `out` is a live block argument.
+    let unused = unsafe { mlirOpOperandIsNull(mlirValueGetFirstUse(out.to_raw())) };
+    unused.then_some(inputs)
+}
+
+/// How a generic fed through reshapes reads its other inputs on the chain's shape `shape`: an
+/// input of its own shape through the identity map is reshaped like the chain's value (identity
+/// map); a scalar stays one; a broadcast input (such as a bias) that reads only trailing
+/// dimensions the two shapes share reads the same dimensions of the chain's shape. `None` for
+/// anything else.
+fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
+    let own = tensor_shape(op.result(0).ok()?.into())?.0;
+    if own.iter().product::<i64>() != shape.iter().product::<i64>() {
+        return None;
+    }
+    let shared = own
+        .iter()
+        .rev()
+        .zip(shape.iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let inputs = op.operand_count() - 1;
+    let mut out = Vec::new();
+    for (i, map) in maps(op)?.into_iter().enumerate().take(inputs) {
+        if map == identity(own.len()) {
+            if tensor_shape(op.operand(i).ok()?)?.0 != own {
+                return None;
+            }
+            out.push(identity(shape.len()));
+            continue;
+        }
+        let mut results = Vec::new();
+        for result in map_results(&map)? {
+            if result == "0" {
+                results.push(result.to_string());
+                continue;
+            }
+            let d = result_dim(result)?;
+            // Loop `d` of the consumer is loop `d + shape.len() - own.len()` of the chain when
+            // it lies among the shared trailing dimensions.
+            if d + shared < own.len() {
+                return None;
+            }
+            results.push(format!("d{}", d + shape.len() - own.len()));
+        }
+        out.push(affine_map(shape.len(), &results));
+    }
+    Some(out)
+}
+
+/// Builds ops before one anchor op of a function body.
+struct Builder<'c, 'a> {
+    context: &'c Context,
+    anchor: OperationRef<'c, 'a>,
+    location: Location<'c>,
+}
+
+impl<'c, 'a> Builder<'c, 'a> {
+    fn attribute(&self, text: &str) -> Result<Attribute<'c>> {
+        Attribute::parse(self.context, text)
+            .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))
+    }
+
+    fn insert(&self, op: Operation<'c>) -> Result<OperationRef<'c, 'a>> {
+        let block = self
+            .anchor
+            .block()
+            .ok_or_else(|| failure("an op outside any block".to_string()))?;
+        Ok(block.insert_operation_before(self.anchor, op))
+    }
+
+    fn build(
+        &self,
+        op: &str,
+        operands: &[Value<'c, 'a>],
+        result: Type<'c>,
+        attributes: &[(&str, String)],
+        regions: Vec<Region<'c>>,
+    ) -> Result<Value<'c, 'a>> {
+        let attributes = attributes
+            .iter()
+            .map(|(k, v)| Ok((Identifier::new(self.context, k), self.attribute(v)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let built = OperationBuilder::new(op, self.location)
+            .add_operands(operands)
+            .add_results(&[result])
+            .add_attributes(&attributes)
+            .add_regions_vec(regions)
+            .build()
+            .map_err(|e| failure(format!("{op}: {e}")))?;
+        Ok(self
+            .insert(built)?
+            .result(0)
+            .map_err(|e| failure(e.to_string()))?
+            .into())
+    }
+
+    /// `value` (a static tensor) as `shape`: collapsed to 1-D, then expanded.
+    fn reshape(&self, value: Value<'c, 'a>, shape: &[i64]) -> Result<Value<'c, 'a>> {
+        let (from, element) = tensor_shape(value)
+            .ok_or_else(|| failure("a reshape of a dynamic tensor".to_string()))?;
+        if from == shape {
+            return Ok(value);
+        }
+        let numel: i64 = from.iter().product();
+        let group = |n: usize| {
+            let dims: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+            format!("[[{}]]", dims.join(", "))
+        };
+        let ty = |dims: &[i64]| {
+            let text: Vec<String> = dims.iter().map(i64::to_string).collect();
+            Type::parse(
+                self.context,
+                &format!("tensor<{}x{element}>", text.join("x")),
+            )
+            .ok_or_else(|| failure(format!("a tensor of {dims:?}")))
+        };
+        let flat = if from.len() == 1 {
+            value
+        } else {
+            let attributes = [("reassociation", group(from.len()))];
+            self.build(
+                "tensor.collapse_shape",
+                &[value],
+                ty(&[numel])?,
+                &attributes,
+                vec![],
+            )?
+        };
+        if shape.len() == 1 {
+            return Ok(flat);
+        }
+        let sizes: Vec<String> = shape.iter().map(i64::to_string).collect();
+        let attributes = [
+            ("reassociation", group(shape.len())),
+            (
+                "static_output_shape",
+                format!("array<i64: {}>", sizes.join(", ")),
+            ),
+        ];
+        self.build(
+            "tensor.expand_shape",
+            &[flat],
+            ty(shape)?,
+            &attributes,
+            vec![],
+        )
+    }
+}
+
+/// The block arguments of a generic's body.
+fn arguments<'c, 'a>(op: &OperationRef<'c, 'a>) -> Result<Vec<(Type<'c>, Location<'c>)>> {
+    let body = op
+        .region(0)
+        .ok()
+        .and_then(|r| r.first_block())
+        .ok_or_else(|| failure("a generic without a body".to_string()))?;
+    Ok((0..body.argument_count())
+        .filter_map(|i| body.argument(i).ok())
+        .map(|a| (a.r#type(), op.location()))
+        .collect())
+}
+
+/// Replaces `consumer` (a chainable generic reading the chain at input `feed`, directly or
+/// through reshapes) by a generic on the chain's shape: `previous`'s body then the consumer's
+/// when the chain already has a generic, else the consumer's alone reading `head`. Its result
+/// goes to the consumer's users, reshaped back. Returns the new generic's result.
+fn fold_one<'c, 'a>(
+    context: &'c Context,
+    previous: Option<OperationRef<'c, 'a>>,
+    head: Value<'c, 'a>,
+    consumer: OperationRef<'c, 'a>,
+    feed: usize,
+    consumer_maps: Vec<String>,
+) -> Result<Value<'c, 'a>> {
+    let (shape, _) =
+        tensor_shape(head).ok_or_else(|| failure("a chain on a dynamic tensor".to_string()))?;
+    let builder = Builder {
+        context,
+        anchor: consumer,
+        location: consumer.location(),
+    };
+    let inputs = consumer.operand_count() - 1;
+    let (own, _) = tensor_shape(
+        consumer
+            .result(0)
+            .map_err(|e| failure(e.to_string()))?
+            .into(),
+    )
+    .ok_or_else(|| failure("a generic with a dynamic result".to_string()))?;
+    // Inputs of the consumer's own shape read with the identity map are reshaped like the
+    // chain's value; broadcast and scalar inputs are read as they are.
+    let consumer_inputs: Vec<(Value, String)> = (0..inputs)
+        .map(|i| {
+            let operand = consumer.operand(i).map_err(|e| failure(e.to_string()))?;
+            let value = if i == feed {
+                head
+            } else if consumer_maps[i] == identity(shape.len())
+                && tensor_shape(operand).is_some_and(|(s, _)| s == own)
+            {
+                builder.reshape(operand, &shape)?
+            } else {
+                operand
+            };
+            Ok((value, consumer_maps[i].clone()))
+        })
+        .collect::<Result<_>>()?;
+    let mut operands = Vec::new();
+    let mut map_texts = Vec::new();
+    let mut types = Vec::new();
+    let consumer_arguments = arguments(&consumer)?;
+    let init = match previous {
+        Some(previous) => {
+            let previous_maps =
+                maps(&previous).ok_or_else(|| failure("a generic without maps".to_string()))?;
+            let count = previous.operand_count() - 1;
+            let previous_arguments = arguments(&previous)?;
+            for i in 0..count {
+                operands.push(previous.operand(i).map_err(|e| failure(e.to_string()))?);
+                map_texts.push(previous_maps[i].clone());
+                types.push(previous_arguments[i]);
+            }
+            for (i, (value, map)) in consumer_inputs.into_iter().enumerate() {
+                if i != feed {
+                    operands.push(value);
+                    map_texts.push(map);
+                    types.push(consumer_arguments[i]);
+                }
+            }
+            previous
+                .operand(count)
+                .map_err(|e| failure(e.to_string()))?
+        }
+        None => {
+            for (i, (value, map)) in consumer_inputs.into_iter().enumerate() {
+                operands.push(value);
+                map_texts.push(map);
+                types.push(consumer_arguments[i]);
+            }
+            let init = consumer
+                .operand(inputs)
+                .map_err(|e| failure(e.to_string()))?;
+            builder.reshape(init, &shape)?
+        }
+    };
+    let count = operands.len();
+    operands.push(init);
+    map_texts.push(identity(shape.len()));
+    types.push(consumer_arguments[inputs]);
+
+    let region = Region::new();
+    let block = region.append_block(Block::new(&types));
+    let argument = |i: usize| -> Result<Value<'c, '_>> {
+        Ok(block
+            .argument(i)
+            .map_err(|e| failure(e.to_string()))?
+            .into())
+    };
+    let rewriter = IrRewriter::new(context);
+    let rewriter = rewriter.as_rewriter_base();
+    let body = |op: &OperationRef<'c, 'a>| {
+        op.region(0)
+            .ok()
+            .and_then(|r| r.first_block())
+            .ok_or_else(|| failure("a generic without a body".to_string()))
+    };
+    // The consumer's arguments: the value fed along the chain, then its own inputs, then the
+    // output; `first` is where its own inputs start among the new generic's arguments.
+    let (fed, first) = match previous {
+        Some(previous) => {
+            let count = previous.operand_count() - 1;
+            let mut values = (0..count).map(argument).collect::<Result<Vec<_>>>()?;
+            values.push(argument(operands.len() - 1)?);
+            rewriter.merge_blocks(body(&previous)?, block, &values);
+            let yield_op = block
+                .terminator()
+                .ok_or_else(|| failure("a generic body without a yield".to_string()))?;
+            let fed = yield_op.operand(0).map_err(|e| failure(e.to_string()))?;
+            rewriter.erase_op(yield_op);
+            (Some(fed), count)
+        }
+        None => (None, 0),
+    };
+    let mut values = Vec::with_capacity(inputs + 1);
+    let mut next = first;
+    for i in 0..inputs {
+        match fed {
+            Some(fed) if i == feed => values.push(fed),
+            _ => {
+                values.push(argument(next)?);
+                next += 1;
+            }
+        }
+    }
+    values.push(argument(operands.len() - 1)?);
+    rewriter.merge_blocks(body(&consumer)?, block, &values);
+
+    let iterators = vec!["#linalg.iterator_type<parallel>"; shape.len()].join(", ");
+    let attributes = [
+        ("indexing_maps", format!("[{}]", map_texts.join(", "))),
+        ("iterator_types", format!("[{iterators}]")),
+        ("operandSegmentSizes", format!("array<i32: {count}, 1>")),
+    ];
+    let result = builder.build(
+        "linalg.generic",
+        &operands,
+        init.r#type(),
+        &attributes,
+        vec![region],
+    )?;
+    let back = builder.reshape(result, &own)?;
+    let old: Value = consumer
+        .result(0)
+        .map_err(|e| failure(e.to_string()))?
+        .into();
+    rewriter.replace_all_uses_with(old, back);
+    Ok(result)
+}
+
+/// Erases `ops` (unused, each used only by the ones before it), last first.
+fn erase(context: &Context, ops: &[OperationRef]) {
+    let rewriter = IrRewriter::new(context);
+    let rewriter = rewriter.as_rewriter_base();
+    for op in ops.iter().rev() {
+        rewriter.erase_op(*op);
+    }
+}
+
+/// Folds the chain after one product (see the module docs); returns how many generics it took
+/// in.
+fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Result<usize> {
+    let mut head: Value = product
+        .result(0)
+        .map_err(|e| failure(e.to_string()))?
+        .into();
+    let Some((shape, element)) = tensor_shape(head) else {
+        return Ok(0);
+    };
+    let mut previous: Option<OperationRef> = None;
+    let mut folded = 0;
+    while let Some((user, operand)) = sole_use(head) {
+        // Reshapes between the chain and the consumer, each the only use of the one before.
+        let mut reshapes = Vec::new();
+        let mut consumer = (user, operand);
+        while RESHAPES.contains(&name(&consumer.0).as_str()) {
+            reshapes.push(consumer.0);
+            let Some(next) = consumer.0.result(0).ok().and_then(|r| sole_use(r.into())) else {
+                return Ok(folded);
+            };
+            consumer = next;
+        }
+        let (op, feed) = consumer;
+        let Some(inputs) = chainable(&op) else {
+            break;
+        };
+        let same_element = op
+            .result(0)
+            .ok()
+            .and_then(|r| tensor_shape(r.into()))
+            .is_some_and(|(_, e)| e == element);
+        if feed >= inputs || !same_element {
+            break;
+        }
+        let op_maps = if reshapes.is_empty() {
+            let own_maps = maps(&op).unwrap_or_default();
+            let direct = own_maps.get(feed) == Some(&identity(shape.len()))
+                && tensor_shape(op.result(0).map_err(|e| failure(e.to_string()))?.into())
+                    .is_some_and(|(s, _)| s == shape);
+            if !direct {
+                break;
+            }
+            if previous.is_none() {
+                // The product's direct consumer: the schedule fuses it as it is.
+                previous = Some(op);
+                head = op.result(0).map_err(|e| failure(e.to_string()))?.into();
+                continue;
+            }
+            own_maps
+        } else {
+            match reshaped_maps(&op, &shape) {
+                Some(m) => m,
+                None => break,
+            }
+        };
+        // The chain's value replaces the fed operand, so that operand must be read whole.
+        if op_maps.get(feed) != Some(&identity(shape.len())) {
+            break;
+        }
+        head = fold_one(context, previous, head, op, feed, op_maps)?;
+        let mut dead = Vec::new();
+        dead.extend(previous);
+        dead.extend(reshapes);
+        dead.push(op);
+        erase(context, &dead);
+        previous = head
+            .is_operation_result()
+            .then(|| melior::ir::operation::OperationResult::try_from(head).ok())
+            .flatten()
+            .map(|r| r.owner());
+        folded += 1;
+    }
+    Ok(folded)
+}
+
+/// Folds the elementwise chains after every static `f32`/`f64` product in the bodies of
+/// `module`'s functions; returns how many generics were taken into chains.
+pub fn fold(context: &Context, module: &Module) -> Result<usize> {
+    let mut products = Vec::new();
+    let mut function = module.body().first_operation();
+    while let Some(f) = function {
+        function = f.next_in_block();
+        if name(&f) != "func.func" {
+            continue;
+        }
+        let mut next = f
+            .region(0)
+            .ok()
+            .and_then(|r| r.first_block())
+            .and_then(|b| b.first_operation());
+        while let Some(op) = next {
+            next = op.next_in_block();
+            if matches!(name(&op).as_str(), "linalg.matmul" | "linalg.batch_matmul")
+                && op.result_count() == 1
+            {
+                products.push(op);
+            }
+        }
+    }
+    let mut folded = 0;
+    for product in products {
+        folded += fold_chain(context, product)?;
+    }
+    Ok(folded)
+}
