@@ -1,15 +1,19 @@
 // RUN: fxmlir-opt --pipeline schedule --split-input-file %s \
 // RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
+// RUN: fxmlir-opt --pipeline default --split-input-file %s | FileCheck %s --check-prefix=BUFFERS
 // REQUIRES: avx512
 
 // Elementwise chains after a product (src/pipeline/chains.rs), folded before the schedule into
 // the one epilogue it fuses into the product's tile loop, also across the reshapes a `view`
-// lowers to. Without the fold only the first op after the product joined its tile loop.
+// lowers to. Without the fold only the first op after the product joined its tile loop. An
+// output that is then a reshape of the chain's value is written through a view of the output
+// buffer: the tile loop stores into it, with no buffer of its own and no copy.
 
 // mm -> view to 3-D -> bias (broadcast over the last dimension, which the view keeps) -> gelu
 // -> residual sum: all three run on the accumulator tile, the residual read through a
 // collapse to the product's shape; the result is reshaped back for the output.
 // CHECK-LABEL: func.func @bias_gelu_residual(
+// CHECK:         %[[VIEW:.*]] = memref.collapse_shape %arg4 {{\[\[}}0, 1], [2]] : memref<4x16x64xf32> into memref<64x64xf32>
 // CHECK:         %[[RES:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<4x16x64xf32> into tensor<64x64xf32>
 // CHECK:         %[[OUT:.*]] = scf.for
 // CHECK:           %[[ACC:.*]] = scf.for {{.*}} -> (vector<8x32xf32>)
@@ -21,8 +25,11 @@
 // CHECK:           %[[G:.*]] = arith.mulf {{.*}} : vector<8x32xf32>
 // CHECK:           arith.addf %[[R]], %[[G]] : vector<8x32xf32>
 // CHECK-NOT:     linalg.
-// CHECK:         %[[BACK:.*]] = tensor.expand_shape %[[OUT]] {{\[\[}}0, 1], [2]] output_shape [4, 16, 64]
-// CHECK:         bufferization.materialize_in_destination %[[BACK]]
+// CHECK:         bufferization.materialize_in_destination %[[OUT]] in restrict writable %[[VIEW]] : (tensor<64x64xf32>, memref<64x64xf32>)
+// BUFFERS-LABEL: llvm.func @bias_gelu_residual(
+// BUFFERS-NOT:     @malloc
+// BUFFERS-NOT:     llvm.intr.memcpy
+// BUFFERS:         llvm.return
 #id2 = affine_map<(d0, d1) -> (d0, d1)>
 #id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #last3 = affine_map<(d0, d1, d2) -> (d2)>
@@ -70,12 +77,16 @@ func.func @bias_gelu_residual(%arg0: memref<64x32xf32>, %arg1: memref<32x64xf32>
 
 // bmm -> view to 4-D -> scaling: the division joins the batched product's tile.
 // CHECK-LABEL: func.func @scaled_scores(
+// CHECK:         %[[VIEW:.*]] = memref.collapse_shape %arg2 {{\[\[}}0, 1], [2], [3]] : memref<2x4x16x16xf32> into memref<8x16x16xf32>
 // CHECK:         %[[OUT:.*]] = scf.for
 // CHECK:           vector.contract
 // CHECK:           arith.divf {{.*}} : vector<8x16xf32>
 // CHECK-NOT:     linalg.
-// CHECK:         %[[BACK:.*]] = tensor.expand_shape %[[OUT]] {{\[\[}}0, 1], [2], [3]] output_shape [2, 4, 16, 16]
-// CHECK:         bufferization.materialize_in_destination %[[BACK]]
+// CHECK:         bufferization.materialize_in_destination %[[OUT]] in restrict writable %[[VIEW]]
+// BUFFERS-LABEL: llvm.func @scaled_scores(
+// BUFFERS-NOT:     @malloc
+// BUFFERS-NOT:     llvm.intr.memcpy
+// BUFFERS:         llvm.return
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 func.func @scaled_scores(%arg0: memref<8x16x32xf32>, %arg1: memref<8x32x16xf32>, %arg2: memref<2x4x16x16xf32>) attributes {llvm.emit_c_interface} {
   %zero = arith.constant 0.000000e+00 : f32
@@ -105,6 +116,11 @@ func.func @scaled_scores(%arg0: memref<8x16x32xf32>, %arg1: memref<8x32x16xf32>,
 // CHECK:         %[[V:.*]] = tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [64, 8, 8]
 // CHECK:         linalg.generic {{.*}} ins(%[[V]], %{{.*}} : tensor<64x8x8xf32>, tensor<8xf32>)
 // CHECK:           arith.mulf
+// The product's result needs a buffer of its own here; the multiply writes the output.
+// BUFFERS-LABEL: llvm.func @split_last_dim(
+// BUFFERS-COUNT-1: @malloc
+// BUFFERS-NOT:     llvm.intr.memcpy
+// BUFFERS:         llvm.return
 #id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #last3 = affine_map<(d0, d1, d2) -> (d2)>
 func.func @split_last_dim(%arg0: memref<64x32xf32>, %arg1: memref<32x64xf32>, %arg2: memref<8xf32>, %arg3: memref<64x8x8xf32>) attributes {llvm.emit_c_interface} {
@@ -123,5 +139,36 @@ func.func @split_last_dim(%arg0: memref<64x32xf32>, %arg1: memref<32x64xf32>, %a
     linalg.yield %m : f32
   } -> tensor<64x8x8xf32>
   bufferization.materialize_in_destination %scaled in restrict writable %arg3 : (tensor<64x8x8xf32>, memref<64x8x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// A view of the product that is both a graph output and another op's input (as in a training
+// graph, which saves activations for the backward): neither the chain nor the output takes the
+// view, which stays for both users.
+// CHECK-LABEL: func.func @shared_view(
+// CHECK:         vector.contract
+// CHECK:         %[[V:.*]] = tensor.expand_shape %{{.*}} {{\[\[}}0, 1], [2]] output_shape [4, 16, 64]
+// CHECK:         linalg.generic {{.*}} ins(%[[V]] : tensor<4x16x64xf32>)
+// CHECK:         bufferization.materialize_in_destination %[[V]] in restrict writable %arg2
+// CHECK:         bufferization.materialize_in_destination %{{.*}} in restrict writable %arg3
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @shared_view(%arg0: memref<64x32xf32>, %arg1: memref<32x64xf32>, %arg2: memref<4x16x64xf32>, %arg3: memref<4x16x64xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.000000e+00 : f32
+  %x = bufferization.to_tensor %arg0 restrict : memref<64x32xf32> to tensor<64x32xf32>
+  %w = bufferization.to_tensor %arg1 restrict : memref<32x64xf32> to tensor<32x64xf32>
+  %e0 = tensor.empty() : tensor<64x64xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e0 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<64x32xf32>, tensor<32x64xf32>) outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %v = tensor.expand_shape %mm [[0, 1], [2]] output_shape [4, 16, 64] : tensor<64x64xf32> into tensor<4x16x64xf32>
+  %e1 = tensor.empty() : tensor<4x16x64xf32>
+  %relu = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v : tensor<4x16x64xf32>) outs(%e1 : tensor<4x16x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.maximumf %in, %zero : f32
+    linalg.yield %m : f32
+  } -> tensor<4x16x64xf32>
+  bufferization.materialize_in_destination %v in restrict writable %arg2 : (tensor<4x16x64xf32>, memref<4x16x64xf32>) -> ()
+  bufferization.materialize_in_destination %relu in restrict writable %arg3 : (tensor<4x16x64xf32>, memref<4x16x64xf32>) -> ()
   return
 }

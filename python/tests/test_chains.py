@@ -34,6 +34,10 @@ def _split_last_dim(x, w, s):
     return (x @ w).view(64, 8, 8) * s
 
 
+def _view_output(x, w):
+    return (x @ w).view(4, 16, 64)
+
+
 def _two_uses(x, w, b):
     y = x @ w + b
     return F.gelu(y), y
@@ -61,6 +65,8 @@ CASES = {
     ),
     # The view splits the last dimension, which the broadcast operand reads: not taken.
     "split_last_dim": (_split_last_dim, [(64, 32), (32, 64), (8,)], torch.float32, False),
+    # A view as the last op: the product is written through a view of the output buffer.
+    "view_output": (_view_output, [(64, 32), (32, 64)], torch.float32, True),
     # The product's value is also an output: nothing after it folds.
     "two_uses": (_two_uses, [(64, 32), (32, 48), (48,)], torch.float32, False),
 }

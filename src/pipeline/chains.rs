@@ -19,23 +19,26 @@
 //!   back for its users.
 //!
 //! Only `f32`/`f64` generics with plain arithmetic bodies take part: those the schedule fuses.
-//! A chain that ends in a graph output through a reshape makes bufferization copy the result
-//! into the output (the reshape hides the output buffer from the product's loop); that copy
-//! is cheaper than the pass over memory the folded op was.
+//!
+//! Then each graph output that is a reshape of a computed tensor (a chain's value reshaped
+//! back, or a `view` as a graph's last op) is written through a view of the output buffer in
+//! the tensor's own shape: behind the reshape, the fusion stage's empty-tensor elimination
+//! could not point the producer at the output buffer, so bufferization gave it a buffer of its
+//! own and copied that into the output.
 
 use super::schedule::{elementwise_maps, map_results, result_dim, tensor_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
     ir::{
-        Attribute, Block, BlockLike, Identifier, Location, Module, Operation, OperationRef, Region,
-        RegionLike, Type, Value, ValueLike,
+        Attribute, Block, BlockLike, BlockRef, Identifier, Location, Module, Operation,
+        OperationRef, Region, RegionLike, Type, Value, ValueLike,
         operation::{OperationBuilder, OperationLike},
     },
 };
 use mlir_sys::{
     mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
-    mlirOpOperandIsNull, mlirValueGetFirstUse,
+    mlirOpOperandIsNull, mlirOperationSetOperand, mlirValueGetFirstUse,
 };
 
 const RESHAPES: &[&str] = &["tensor.collapse_shape", "tensor.expand_shape"];
@@ -108,7 +111,7 @@ fn chainable(op: &OperationRef) -> Option<usize> {
 /// anything else.
 fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
     let own = tensor_shape(op.result(0).ok()?.into())?.0;
-    if own.iter().product::<i64>() != shape.iter().product::<i64>() {
+    if own.is_empty() || own.iter().product::<i64>() != shape.iter().product::<i64>() {
         return None;
     }
     let shared = own
@@ -197,6 +200,19 @@ impl<'c, 'a> Builder<'c, 'a> {
     fn reshape(&self, value: Value<'c, 'a>, shape: &[i64]) -> Result<Value<'c, 'a>> {
         let (from, element) = tensor_shape(value)
             .ok_or_else(|| failure("a reshape of a dynamic tensor".to_string()))?;
+        self.reshape_as("tensor", value, &from, &element, shape)
+    }
+
+    /// `value`, of `kind` (`tensor` or an identity-layout `memref`) with the static shape
+    /// `from`, as `shape`: collapsed to 1-D, then expanded.
+    fn reshape_as(
+        &self,
+        kind: &str,
+        value: Value<'c, 'a>,
+        from: &[i64],
+        element: &str,
+        shape: &[i64],
+    ) -> Result<Value<'c, 'a>> {
         if from == shape {
             return Ok(value);
         }
@@ -209,16 +225,16 @@ impl<'c, 'a> Builder<'c, 'a> {
             let text: Vec<String> = dims.iter().map(i64::to_string).collect();
             Type::parse(
                 self.context,
-                &format!("tensor<{}x{element}>", text.join("x")),
+                &format!("{kind}<{}x{element}>", text.join("x")),
             )
-            .ok_or_else(|| failure(format!("a tensor of {dims:?}")))
+            .ok_or_else(|| failure(format!("a {kind} of {dims:?}")))
         };
         let flat = if from.len() == 1 {
             value
         } else {
             let attributes = [("reassociation", group(from.len()))];
             self.build(
-                "tensor.collapse_shape",
+                &format!("{kind}.collapse_shape"),
                 &[value],
                 ty(&[numel])?,
                 &attributes,
@@ -237,7 +253,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             ),
         ];
         self.build(
-            "tensor.expand_shape",
+            &format!("{kind}.expand_shape"),
             &[flat],
             ty(shape)?,
             &attributes,
@@ -335,10 +351,10 @@ fn fold_one<'c, 'a>(
                 map_texts.push(map);
                 types.push(consumer_arguments[i]);
             }
-            let init = consumer
-                .operand(inputs)
-                .map_err(|e| failure(e.to_string()))?;
-            builder.reshape(init, &shape)?
+            // A fresh empty tensor of the chain's type (the body never reads it): a reshaped
+            // init would hide from the fusion stage's empty-tensor elimination, which points
+            // an output's producer at the output buffer.
+            builder.build("tensor.empty", &[], head.r#type(), &[], vec![])?
         }
     };
     let count = operands.len();
@@ -500,8 +516,94 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
     Ok(folded)
 }
 
+/// The reshapes `value` went through, each result used only by the next (the last by
+/// `value`'s one user), outermost last, and the value before them.
+fn unreshaped<'c, 'a>(mut value: Value<'c, 'a>) -> (Vec<OperationRef<'c, 'a>>, Value<'c, 'a>) {
+    let mut reshapes = Vec::new();
+    while sole_use(value).is_some() {
+        let Some(owner) = value
+            .is_operation_result()
+            .then(|| melior::ir::operation::OperationResult::try_from(value).ok())
+            .flatten()
+            .map(|r| r.owner())
+            .filter(|op| RESHAPES.contains(&name(op).as_str()))
+        else {
+            break;
+        };
+        let Ok(source) = owner.operand(0) else {
+            break;
+        };
+        reshapes.push(owner);
+        value = source;
+    }
+    reshapes.reverse();
+    (reshapes, value)
+}
+
+/// A graph output that is a reshape of a computed tensor (a `view` as the last op, or a chain
+/// folded on its product's shape) is written through a view of the output buffer of the
+/// tensor's own shape (taken at the top of the function), rather than computed into a buffer of
+/// its own and copied: the fusion stage then points the producer at the output buffer.
+/// Returns how many outputs it redirected.
+fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
+    let Some(first) = block.first_operation() else {
+        return Ok(0);
+    };
+    let mut redirected = 0;
+    let mut next = block.first_operation();
+    while let Some(op) = next {
+        next = op.next_in_block();
+        if name(&op) != "bufferization.materialize_in_destination" {
+            continue;
+        }
+        let (Ok(source), Ok(dest)) = (op.operand(0), op.operand(1)) else {
+            continue;
+        };
+        let (reshapes, base) = unreshaped(source);
+        let dest_type = dest.r#type().to_string();
+        let Some(dest_shape) = memref_shape(&dest_type) else {
+            continue;
+        };
+        let Some((shape, element)) = tensor_shape(base) else {
+            continue;
+        };
+        let argument = dest.is_block_argument();
+        if reshapes.is_empty() || !argument || shape.is_empty() || base.is_block_argument() {
+            continue;
+        }
+        let builder = Builder {
+            context,
+            anchor: first,
+            location: op.location(),
+        };
+        let view = builder.reshape_as("memref", dest, &dest_shape, &element, &shape)?;
+        // SAFETY: `op` is live; `base` has the view's shape and element type, and both are
+        // defined before `op` (the view at the top of the function).
+        unsafe {
+            mlirOperationSetOperand(op.to_raw(), 0, base.to_raw());
+            mlirOperationSetOperand(op.to_raw(), 1, view.to_raw());
+        }
+        erase(context, &reshapes);
+        redirected += 1;
+    }
+    Ok(redirected)
+}
+
+/// The static shape of an identity-layout memref type (printed as `memref<4x64xf32>`); `None`
+/// for a layout, a memory space or a dynamic size.
+fn memref_shape(text: &str) -> Option<Vec<i64>> {
+    let inner = text.strip_prefix("memref<")?.strip_suffix('>')?;
+    if inner.contains(',') || inner.contains('<') {
+        return None;
+    }
+    let mut dims: Vec<&str> = inner.split('x').collect();
+    dims.pop()?;
+    dims.into_iter().map(|d| d.parse().ok()).collect()
+}
+
 /// Folds the elementwise chains after every static `f32`/`f64` product in the bodies of
-/// `module`'s functions; returns how many generics were taken into chains.
+/// `module`'s functions, then writes outputs that are reshapes through views of their buffers;
+/// returns how many generics were taken into chains.
 pub fn fold(context: &Context, module: &Module) -> Result<usize> {
     let mut products = Vec::new();
     let mut function = module.body().first_operation();
@@ -527,6 +629,15 @@ pub fn fold(context: &Context, module: &Module) -> Result<usize> {
     let mut folded = 0;
     for product in products {
         folded += fold_chain(context, product)?;
+    }
+    let mut function = module.body().first_operation();
+    while let Some(f) = function {
+        function = f.next_in_block();
+        if let Some(block) = f.region(0).ok().and_then(|r| r.first_block())
+            && name(&f) == "func.func"
+        {
+            outputs_through_views(context, block)?;
+        }
     }
     Ok(folded)
 }
