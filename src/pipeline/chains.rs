@@ -26,7 +26,8 @@
 //! could not point the producer at the output buffer, so bufferization gave it a buffer of its
 //! own and copied that into the output.
 
-use super::schedule::{elementwise_maps, map_results, result_dim, tensor_shape};
+use super::outline::{op_name as name, result_owner};
+use super::schedule::{elementwise_maps, map_results, result_dim, static_shape, tensor_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
@@ -34,6 +35,7 @@ use melior::{
         Attribute, Block, BlockLike, BlockRef, Identifier, Location, Module, Operation,
         OperationRef, Region, RegionLike, Type, Value, ValueLike,
         operation::{OperationBuilder, OperationLike},
+        r#type::MemRefType,
     },
 };
 use mlir_sys::{
@@ -45,10 +47,6 @@ const RESHAPES: &[&str] = &["tensor.collapse_shape", "tensor.expand_shape"];
 
 fn failure(message: String) -> Error {
     Error::stage("schedule", message)
-}
-
-fn name(op: &OperationRef) -> String {
-    op.name().as_string_ref().as_str().unwrap_or("").to_string()
 }
 
 /// The only use of `value`: its user and the operand's index; `None` for none or several.
@@ -506,11 +504,7 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         dead.extend(reshapes);
         dead.push(op);
         erase(context, &dead);
-        previous = head
-            .is_operation_result()
-            .then(|| melior::ir::operation::OperationResult::try_from(head).ok())
-            .flatten()
-            .map(|r| r.owner());
+        previous = result_owner(head);
         folded += 1;
     }
     Ok(folded)
@@ -521,12 +515,7 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
 fn unreshaped<'c, 'a>(mut value: Value<'c, 'a>) -> (Vec<OperationRef<'c, 'a>>, Value<'c, 'a>) {
     let mut reshapes = Vec::new();
     while sole_use(value).is_some() {
-        let Some(owner) = value
-            .is_operation_result()
-            .then(|| melior::ir::operation::OperationResult::try_from(value).ok())
-            .flatten()
-            .map(|r| r.owner())
-            .filter(|op| RESHAPES.contains(&name(op).as_str()))
+        let Some(owner) = result_owner(value).filter(|op| RESHAPES.contains(&name(op).as_str()))
         else {
             break;
         };
@@ -560,8 +549,7 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
             continue;
         };
         let (reshapes, base) = unreshaped(source);
-        let dest_type = dest.r#type().to_string();
-        let Some(dest_shape) = memref_shape(&dest_type) else {
+        let Some(dest_shape) = plain_memref_shape(dest.r#type()) else {
             continue;
         };
         let Some((shape, element)) = tensor_shape(base) else {
@@ -589,34 +577,32 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
     Ok(redirected)
 }
 
-/// The static shape of an identity-layout memref type (printed as `memref<4x64xf32>`); `None`
-/// for a layout, a memory space or a dynamic size.
-fn memref_shape(text: &str) -> Option<Vec<i64>> {
-    let inner = text.strip_prefix("memref<")?.strip_suffix('>')?;
-    if inner.contains(',') || inner.contains('<') {
+/// The static shape of a memref type with the identity layout in the default memory space;
+/// `None` for anything else.
+fn plain_memref_shape(ty: Type) -> Option<Vec<i64>> {
+    let memref = MemRefType::try_from(ty).ok()?;
+    if memref.memory_space().is_some() || !memref.affine_map().is_identity() {
         return None;
     }
-    let mut dims: Vec<&str> = inner.split('x').collect();
-    dims.pop()?;
-    dims.into_iter().map(|d| d.parse().ok()).collect()
+    static_shape(&memref)
 }
 
 /// Folds the elementwise chains after every static `f32`/`f64` product in the bodies of
 /// `module`'s functions, then writes outputs that are reshapes through views of their buffers;
 /// returns how many generics were taken into chains.
 pub fn fold(context: &Context, module: &Module) -> Result<usize> {
-    let mut products = Vec::new();
+    let mut folded = 0;
     let mut function = module.body().first_operation();
     while let Some(f) = function {
         function = f.next_in_block();
+        let Some(block) = f.region(0).ok().and_then(|r| r.first_block()) else {
+            continue;
+        };
         if name(&f) != "func.func" {
             continue;
         }
-        let mut next = f
-            .region(0)
-            .ok()
-            .and_then(|r| r.first_block())
-            .and_then(|b| b.first_operation());
+        let mut products = Vec::new();
+        let mut next = block.first_operation();
         while let Some(op) = next {
             next = op.next_in_block();
             if matches!(name(&op).as_str(), "linalg.matmul" | "linalg.batch_matmul")
@@ -625,19 +611,10 @@ pub fn fold(context: &Context, module: &Module) -> Result<usize> {
                 products.push(op);
             }
         }
-    }
-    let mut folded = 0;
-    for product in products {
-        folded += fold_chain(context, product)?;
-    }
-    let mut function = module.body().first_operation();
-    while let Some(f) = function {
-        function = f.next_in_block();
-        if let Some(block) = f.region(0).ok().and_then(|r| r.first_block())
-            && name(&f) == "func.func"
-        {
-            outputs_through_views(context, block)?;
+        for product in products {
+            folded += fold_chain(context, product)?;
         }
+        outputs_through_views(context, block)?;
     }
     Ok(folded)
 }

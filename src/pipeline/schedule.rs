@@ -364,16 +364,17 @@ struct OpInfo {
 /// Static shape and element type of a ranked tensor value.
 pub(super) fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
     let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
-    if !tensor.has_static_shape() {
-        return None;
-    }
-    let shape = (0..tensor.rank())
-        .map(|i| match tensor.dim_size(i).ok()? {
+    Some((static_shape(&tensor)?, tensor.element().to_string()))
+}
+
+/// The sizes of a shaped type (tensor or memref); `None` if one is dynamic.
+pub(super) fn static_shape<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<i64>> {
+    (0..shaped.rank())
+        .map(|i| match shaped.dim_size(i).ok()? {
             DimSize::Static(d) => i64::try_from(d).ok(),
             DimSize::Dynamic => None,
         })
-        .collect::<Option<Vec<_>>>()?;
-    Some((shape, tensor.element().to_string()))
+        .collect()
 }
 
 fn raw_value(value: Value) -> usize {
