@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, hoist, interchange, partition, runtime
+from . import _fxmlir, hoist, inference, interchange, partition, runtime
 from .config import config
 
 log = logging.getLogger("fxmlir")
@@ -130,7 +130,13 @@ class GraphCompiler:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     """aot_autograd's compiler hook: a callable for one functional ATen graph. It takes the
-    arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them.
+    arguments as one list (aot_autograd's boxed convention), which lets aot_autograd free them."""
+    return _compile(gm, hoist.static_inputs(gm))
+
+
+def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
+    """A boxed callable for the functional ATen graph ``gm`` whose inputs at positions
+    ``static`` are parameters or buffers.
 
     A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
     alone (see :mod:`fxmlir.hoist`). Otherwise the supported nodes are
@@ -145,7 +151,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
             if config.hoist and not interchange.is_dynamic(gm):
                 whole = hoist.hoist(
                     gm,
-                    hoist.static_inputs(gm),
+                    static,
                     lambda main: GraphCompiler(main, pipeline, dump_dir, cache_dir),
                 )
             if whole is None:
@@ -167,7 +173,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
 
 
 def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
-    """The ``torch.compile`` backend."""
+    """The ``torch.compile`` backend. An inference graph is traced by :mod:`fxmlir.inference`;
+    any other goes through aot_autograd."""
+    traced = inference.trace(gm, example_inputs, decompositions())
+    if traced is not None:
+        graph, static = traced
+        return inference.unboxed(_compile(graph, static))
     backend = aot_autograd(
         fw_compiler=compile_graph,
         bw_compiler=compile_graph,

@@ -1,4 +1,4 @@
-"""Weight-only work out of the per-call kernel. aot_autograd passes a module's parameters and
+"""Weight-only work out of the per-call kernel. Dynamo passes a module's parameters and
 buffers to the graph as ordinary inputs, so whatever the graph computes from them alone (above
 all ``aten.t`` of a linear layer's weight, which the kernel would otherwise copy transposed on
 every call) is recomputed on every call. Here that part of the graph becomes a *prologue*, run
