@@ -4,6 +4,8 @@ fxmlir also keep the per-graph, per-stage compile timings from ``fxmlir.backend.
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,8 +77,36 @@ def run_backend(
     return result
 
 
+def paired_with_copy(fn: Callable[..., Any], args: tuple, rounds: int) -> dict[str, Any]:
+    """fxmlir's calls of a bandwidth case alternated with the reference copy
+    (``dst.copy_(src)`` on a tensor like the case's input, the same bytes read and written),
+    so that both are timed on the same machine: on a shared host the bandwidth moves by a
+    third from one minute to the next, and the bandwidth probe runs in another task. The
+    medians of each, in ms (the kernel from the first compile in this process is reused)."""
+    compiled = torch.compile(fn, backend="fxmlir")
+    src = args[0]
+    dst = torch.empty_like(src)
+    calls = {"copy_ms": lambda: dst.copy_(src), "fxmlir_ms": lambda: compiled(*args)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    with measure.no_gc():
+        for call in calls.values():
+            for _ in range(measure.WARMUP_CALLS):
+                call()
+        for _ in range(rounds):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                call()
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()} | {"rounds": rounds}
+
+
+#: Rounds of the paired measurement (one copy and one fxmlir call each, about 10 ms).
+PAIRED_ROUNDS = 100
+
+
 def run_case(case: Case, budget_s: float, repeat: int | None) -> dict[str, Any]:
-    """Eager's time, and each backend's first call, check and time, by backend."""
+    """Eager's time, and each backend's first call, check and time, by backend; for a
+    bandwidth case also fxmlir paired with the reference copy."""
     fn, args = case.build()
     row: dict[str, Any] = {}
     with torch.no_grad():
@@ -85,4 +115,6 @@ def run_case(case: Case, budget_s: float, repeat: int | None) -> dict[str, Any]:
         row["eager"] = measure.median_ms(fn, args, budget_s, repeat)
         for backend in BACKENDS:
             row[backend] = run_backend(backend, fn, args, expected, budget_s, repeat)
+        if case.group == "bandwidth" and "error" not in row["fxmlir"]:
+            row["paired"] = paired_with_copy(fn, args, repeat or PAIRED_ROUNDS)
     return row
