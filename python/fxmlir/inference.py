@@ -1,12 +1,12 @@
 """Inference graphs without aot_autograd. A Dynamo graph that computes no gradient (grad mode
 off, or no input that requires grad), has static shapes, mutates none of its inputs and
-returns no alias of an input or of another output needs none of aot_autograd's machinery: its
+returns no alias of an input needs none of aot_autograd's machinery: its
 metadata pass (a second run of the graph), its input-mutation and output-alias handling, its
 runtime wrappers. Here such a graph is traced once, functionalised and with fxmlir's
 decompositions, into the same kind of functional ATen graph aot_autograd would produce, which
 costs about half of aot_autograd's time (BERT 68 ms against 127, resnet18 89 against 200).
 Every other graph (training, dynamic shapes, input mutation such as batch norm's running
-statistics in training mode, aliased outputs) goes through aot_autograd as before."""
+statistics in training mode, outputs aliasing inputs) goes through aot_autograd as before."""
 
 from __future__ import annotations
 
@@ -56,12 +56,13 @@ def _why_not(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | N
 def _why_not_traced(graph: torch.fx.GraphModule) -> str | None:
     """Why the traced ``graph`` cannot stand for the Dynamo graph, or None: it writes to an
     input (functionalisation leaves those writes as ``copy_`` at the end) or an output aliases
-    an input or another output, which only aot_autograd's runtime reproduces."""
+    an input, which only aot_autograd's runtime reproduces. (Outputs that alias one another
+    are rebuilt as views by :mod:`fxmlir.aliasing`, on either path.)"""
     for node in graph.graph.nodes:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return f"it mutates an input ({node.name}: {target})"
-    seen = {StorageWeakRef(n.meta["val"].untyped_storage()) for n in _placeholders(graph)}
+    inputs = {StorageWeakRef(n.meta["val"].untyped_storage()) for n in _placeholders(graph)}
     (output,) = graph.graph.find_nodes(op="output")
     results = output.args[0]
     if not isinstance(results, (tuple, list)):
@@ -70,10 +71,8 @@ def _why_not_traced(graph: torch.fx.GraphModule) -> str | None:
         value = result.meta.get("val") if isinstance(result, torch.fx.Node) else None
         if not isinstance(value, torch.Tensor):
             return "an output is not a tensor"
-        storage = StorageWeakRef(value.untyped_storage())
-        if storage in seen:
-            return f"output {result.name} aliases an input or another output"
-        seen.add(storage)
+        if StorageWeakRef(value.untyped_storage()) in inputs:
+            return f"output {result.name} aliases an input"
     return None
 
 
