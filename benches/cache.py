@@ -1,6 +1,6 @@
 """fxmlir's disk compile cache, cold then warm: the same case runs in two fresh processes that
 share one new, empty ``FXMLIR_CACHE_DIR``. The first fills the cache, the second should load
-from it. Each reports its first call (Dynamo + aot_autograd + fxmlir) and fxmlir's own compile
+from it. Each reports its first call (Dynamo, the ATen trace, fxmlir) and fxmlir's own compile
 total from ``fxmlir.backend.history``."""
 
 from __future__ import annotations

@@ -94,9 +94,9 @@ def first_call(
 ) -> tuple[Callable, Any, dict[str, float]]:
     """``torch.compile(fn, backend=backend)`` from a reset Dynamo, and its first call: the
     compiled function, its result and the first call's times in ms: ``first_call_ms``, the
-    wall time (Dynamo tracing, aot_autograd, the backend's compile and one run), and
-    ``backend_compile_ms``, the part Dynamo spent in the backend (for both compilers that is
-    aot_autograd and their own compile; summed over graphs if Dynamo split the function)."""
+    wall time (Dynamo tracing, the backend and one run), and ``backend_compile_ms``, the part
+    Dynamo spent in the backend (the ATen graph's capture, by aot_autograd or fxmlir's own
+    trace, and the compile; summed over graphs if Dynamo split the function)."""
     torch._dynamo.reset()
     # The fake-tensor dispatch cache outlives a reset: the second backend would trace faster.
     FakeTensorMode.cache_clear()

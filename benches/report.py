@@ -94,7 +94,8 @@ def first_call(row: dict[str, Any], backend: str) -> float | None:
 
 
 def backend_compile(row: dict[str, Any], backend: str) -> float | None:
-    """The part of the first call Dynamo spent in the backend (aot_autograd and the compile)."""
+    """The part of the first call Dynamo spent in the backend (the ATen graph's capture and
+    the compile)."""
     result = row.get(backend) or {}
     return result.get("backend_compile_ms") if ok(result) else None
 
@@ -173,7 +174,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         compile_times = (
             (
                 "compile_geomean",
-                "compile time (in the backend: aot_autograd + the compiler)",
+                "compile time (in the backend: the ATen graph's capture + the compiler)",
                 backend_compile,
             ),
             (
@@ -249,8 +250,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             _line(
                 "call_overhead",
                 f"call overhead beyond the kernel: fxmlir call path {path:.1f} µs; through "
-                f"torch.compile {overhead['torch_compile_overhead_us']:.1f} µs (Dynamo guards "
-                f"and aot_autograd included; Inductor's whole call: "
+                f"torch.compile {overhead['torch_compile_overhead_us']:.1f} µs (Dynamo's guards "
+                f"included; Inductor's whole call, with aot_autograd's wrapper: "
                 f"{overhead['torch_compile_inductor_us']:.1f} µs)",
                 f"<= {OVERHEAD_BAR_US:.0f} µs for fxmlir's call path",
                 path <= OVERHEAD_BAR_US,
@@ -344,9 +345,9 @@ def model_table(results: dict[str, Any]) -> list[str]:
         "matches eager",
     ]
     notes = [
-        "Backend ms: the part of the first call Dynamo spent in the backend (aot_autograd and "
-        "the compiler; Dynamo's own tracing and guards are the rest). fxmlir compile ms: "
-        "fxmlir's own stages, within it.",
+        "Backend ms: the part of the first call Dynamo spent in the backend (the ATen graph's "
+        "capture, by aot_autograd or fxmlir's own trace, and the compiler; Dynamo's own "
+        "tracing and guards are the rest). fxmlir compile ms: fxmlir's own stages, within it.",
         "",
         f"A time followed by (min …) spread widely: the middle half of its calls covers more "
         f"than {NOISY_IQR:.0%} of the median.",

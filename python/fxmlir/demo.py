@@ -130,7 +130,7 @@ def run_case(name: str, model: nn.Module, x: torch.Tensor) -> bool:
     records = list(backend.history)[first:]
     print(f"\n== {name}: input {tuple(x.shape)}")
     print(f"  matches eager: {'yes' if ok else 'NO'} (max abs error {error:.2e})")
-    print(f"  first call (Dynamo + aot_autograd + fxmlir): {first_call:.0f} ms")
+    print(f"  first call (Dynamo, the ATen trace, fxmlir's compile, one run): {first_call:.0f} ms")
     for r in records:
         stages = ", ".join(f"{s} {t:.1f}" for s, t in r.timings if s != "total")
         print(f"  graph {r.name}: {r.nodes} ATen ops, compiled in {r.total_ms:.1f} ms ({stages})")
