@@ -1,8 +1,9 @@
 //! MLIR context construction: the dialects fxmlir emits and consumes, the LLVM IR translations,
 //! and the process-wide pass registration.
 
+use crate::error::{Error, Result};
 use melior::{Context, dialect::DialectRegistry, utility};
-use std::ffi::CString;
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::{Once, OnceLock};
 
 /// Dialects loaded up front so that generically built operations resolve.
@@ -25,8 +26,9 @@ const DIALECTS: &[&str] = &[
 
 /// A fresh context with every upstream dialect registered and ours loaded. Multithreading is
 /// off: each graph is a single function and a thread pool costs more than it saves here.
-pub fn new_context() -> Context {
-    command_line_options();
+/// Fails when `FXMLIR_LLVM_ARGS` holds a flag LLVM does not accept.
+pub fn new_context() -> Result<Context> {
+    command_line_options()?;
     let registry = DialectRegistry::new();
     utility::register_all_dialects(&registry);
     let context = Context::new_with_registry(&registry, false);
@@ -34,7 +36,7 @@ pub fn new_context() -> Context {
         context.get_or_load_dialect(dialect);
     }
     utility::register_all_llvm_translations(&context);
-    context
+    Ok(context)
 }
 
 /// Registers every upstream pass once per process, so textual pipelines can name them.
@@ -62,20 +64,49 @@ pub fn llvm_args() -> &'static str {
     ARGS.get_or_init(|| std::env::var("FXMLIR_LLVM_ARGS").unwrap_or_default())
 }
 
+/// `llvm::StringRef` passed by value: trivially copyable, so the C++ ABI passes it as this
+/// struct in two registers.
+#[repr(C)]
+struct StringRef {
+    data: *const c_char,
+    length: usize,
+}
+
 unsafe extern "C" {
     /// `mlir::registerAsmPrinterCLOptions()`, which has no C API: it makes the printer's
     /// options (`-mlir-print-*`) known to the parser and the default printing flags read
     /// them. A `void()` function, so the C calling convention is the C++ one.
     #[link_name = "_ZN4mlir27registerAsmPrinterCLOptionsEv"]
     fn register_asm_printer_options();
+
+    /// `llvm::cl::ParseCommandLineOptions(argc, argv, overview, errs, vfs, env_var,
+    /// long_options_use_double_dash)`. The C API's `LLVMParseCommandLineOptions` passes a
+    /// stream that drops every message and ignores the result, so a misspelt flag would be
+    /// ignored without a word; with an error stream the parser reports each rejected flag
+    /// there and returns false instead of exiting the process.
+    #[link_name = "_ZN4llvm2cl23ParseCommandLineOptionsEiPKPKcNS_9StringRefEPNS_11raw_ostreamEPNS_3vfs10FileSystemES2_b"]
+    fn parse_command_line_options(
+        argc: c_int,
+        argv: *const *const c_char,
+        overview: StringRef,
+        errors: *mut c_void,
+        file_system: *mut c_void,
+        environment_variable: *const c_char,
+        long_options_use_double_dash: bool,
+    ) -> bool;
+
+    /// `llvm::errs()`: LLVM's unbuffered stream to standard error.
+    #[link_name = "_ZN4llvm4errsEv"]
+    fn llvm_errors() -> *mut c_void;
 }
 
 /// Parses [`DEFAULT_OPTIONS`], then `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt`
 /// take them, e.g. `-unroll-threshold=100` or `-debug-pass-manager`), once per process, before
-/// the first context or compile.
-pub fn command_line_options() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
+/// the first context or compile. A flag LLVM rejects fails this and every later call: LLVM
+/// names it on standard error, the error names the variable.
+pub fn command_line_options() -> Result<()> {
+    static PARSED: OnceLock<bool> = OnceLock::new();
+    let accepted = *PARSED.get_or_init(|| {
         // SAFETY: registers static option objects once; no arguments, no result.
         unsafe { register_asm_printer_options() };
         // The last occurrence of an option wins: the user's flags come after the defaults.
@@ -84,15 +115,33 @@ pub fn command_line_options() {
             .chain(llvm_args().split_whitespace())
             .filter_map(|a| CString::new(a).ok())
             .collect();
-        let pointers: Vec<*const std::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        let pointers: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        let overview = c"fxmlir";
         // SAFETY: `pointers` holds `args.len()` valid C strings that outlive the call; the
-        // overview is a valid C string.
+        // overview is a valid string of the given length; `llvm_errors` returns LLVM's
+        // static stream; a null file system and environment variable are the defaults.
         unsafe {
-            llvm_sys::support::LLVMParseCommandLineOptions(
-                pointers.len() as i32,
+            parse_command_line_options(
+                pointers.len() as c_int,
                 pointers.as_ptr(),
-                c"fxmlir".as_ptr(),
+                StringRef {
+                    data: overview.as_ptr(),
+                    length: overview.count_bytes(),
+                },
+                llvm_errors(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                false,
             )
-        };
+        }
     });
+    if accepted {
+        Ok(())
+    } else {
+        Err(Error::Llvm(format!(
+            "FXMLIR_LLVM_ARGS=`{}` holds a flag LLVM does not accept (LLVM's message on \
+             standard error names it)",
+            llvm_args()
+        )))
+    }
 }

@@ -215,7 +215,7 @@ fn compile(
 fn import_graph(json: String) -> PyResult<String> {
     guard(|| {
         let graph = crate::Graph::from_json(&json)?;
-        let context = crate::context::new_context();
+        let context = crate::context::new_context()?;
         let module = crate::lower::lower_graph(&context, &graph)?;
         crate::pipeline::verify(&context, &module, &graph.name)?;
         Ok(crate::pipeline::print_module(&module))

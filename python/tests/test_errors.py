@@ -1,7 +1,10 @@
 """Bad input gets a clear exception naming the op, node and source line; the process survives."""
 
 import json
+import os
 import subprocess
+import sys
+import textwrap
 
 import fxmlir
 import pytest
@@ -102,3 +105,38 @@ def test_cli_rejects_corrupted_graph_file(tmp_path, fxmlir_cli):
         [fxmlir_cli, "run", tmp_path / "nope.json"], capture_output=True, text=True
     )
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+_COMPILE_IN_A_FRESH_PROCESS = textwrap.dedent(
+    """
+    import torch, fxmlir
+    try:
+        out = torch.compile(lambda x: torch.tanh(x) * 2, backend="fxmlir")(torch.ones(3))
+        print("result:", out.tolist())
+    except Exception as e:
+        print("raised:", e)
+    print("alive")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "flags, accepted",
+    [("-no-such-flag", False), ("-unrol-threshold=100", False), ("-unroll-threshold=100", True)],
+)
+def test_llvm_flags_are_checked(flags, accepted):
+    # LLVM parses its options once per process: each case needs a process of its own.
+    run = subprocess.run(
+        [sys.executable, "-c", _COMPILE_IN_A_FRESH_PROCESS],
+        env={**os.environ, "FXMLIR_LLVM_ARGS": flags},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.rstrip().endswith("alive"), run.stdout
+    if accepted:
+        assert "result: [1.52318" in run.stdout, run.stdout
+    else:
+        assert f"FXMLIR_LLVM_ARGS=`{flags}` holds a flag LLVM does not accept" in run.stdout
+        assert f"Unknown command line argument '{flags}'" in run.stderr, run.stderr

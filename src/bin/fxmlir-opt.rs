@@ -89,7 +89,7 @@ fn run(cli: Cli) -> Result<bool> {
 }
 
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
-    let context = fxmlir::context::new_context();
+    let context = fxmlir::context::new_context()?;
     let mut module = if cli.import {
         // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
         // blanked rather than dropped so that parse errors report the file's own lines.

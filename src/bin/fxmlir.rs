@@ -97,7 +97,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Import { file } => {
             let (graph, _) = load(&file)?;
-            let context = fxmlir::context::new_context();
+            let context = fxmlir::context::new_context()?;
             let module = fxmlir::lower::lower_graph(&context, &graph)?;
             fxmlir::pipeline::verify(&context, &module, &graph.name)?;
             print!("{}", fxmlir::pipeline::print_module(&module));

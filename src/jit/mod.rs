@@ -57,20 +57,23 @@ pub struct Host {
 
 pub fn host() -> Result<&'static Host> {
     static HOST: OnceLock<std::result::Result<Host, String>> = OnceLock::new();
-    HOST.get_or_init(|| {
-        Target::initialize_native(&InitializationConfig::default())?;
-        crate::context::command_line_options();
-        Ok(Host {
-            triple: TargetMachine::get_default_triple()
-                .as_str()
-                .to_string_lossy()
-                .into_owned(),
-            cpu: TargetMachine::get_host_cpu_name().to_string(),
-            features: TargetMachine::get_host_cpu_features().to_string(),
+    let host = HOST
+        .get_or_init(|| {
+            Target::initialize_native(&InitializationConfig::default())?;
+            Ok(Host {
+                triple: TargetMachine::get_default_triple()
+                    .as_str()
+                    .to_string_lossy()
+                    .into_owned(),
+                cpu: TargetMachine::get_host_cpu_name().to_string(),
+                features: TargetMachine::get_host_cpu_features().to_string(),
+            })
         })
-    })
-    .as_ref()
-    .map_err(|e| Error::Llvm(format!("cannot initialise the native target: {e}")))
+        .as_ref()
+        .map_err(|e| Error::Llvm(format!("cannot initialise the native target: {e}")))?;
+    // After the target's initialisation, so that its options are known to the parser.
+    crate::context::command_line_options()?;
+    Ok(host)
 }
 
 /// A target machine for the host. Position-independent code in the small code model: JITLink

@@ -464,7 +464,7 @@ mod tests {
     /// not outlined), and the compile goes on.
     #[test]
     fn a_failing_hook_stage_restores_its_input() {
-        let context = crate::context::new_context();
+        let context = crate::context::new_context().expect("default LLVM options parse");
         let mut module = Module::parse(
             &context,
             r#"

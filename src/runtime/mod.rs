@@ -200,7 +200,7 @@ fn build(
     let mut timings = Timings::new();
 
     let start = Instant::now();
-    let context = crate::context::new_context();
+    let context = crate::context::new_context()?;
     timings.push(("context".to_string(), start.elapsed()));
 
     let start = Instant::now();
