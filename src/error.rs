@@ -84,10 +84,43 @@ impl Error {
         }
     }
 
+    /// The same failure charged to `stage`: for work one stage's hook borrows from another
+    /// (the schedule isolates products with the outline stage's outlining).
+    pub fn in_stage(self, stage: &str) -> Self {
+        match self {
+            Error::Pipeline {
+                diagnostics,
+                reproducer,
+                ..
+            } => Error::Pipeline {
+                stage: stage.to_string(),
+                diagnostics,
+                reproducer,
+            },
+            other => other,
+        }
+    }
+
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_stage_failure_names_the_stage_that_borrowed_it() {
+        let outlining = Error::stage("outline", "cannot parse the attribute x");
+        assert_eq!(
+            outlining.in_stage("schedule").to_string(),
+            "pipeline stage `schedule` failed:\ncannot parse the attribute x"
+        );
+        let other = Error::Llvm("no target".to_string()).in_stage("schedule");
+        assert_eq!(other.to_string(), "LLVM: no target");
     }
 }

@@ -1091,7 +1091,9 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<us
                 attributes: &attributes,
                 cloned: ISOLATE_CLONED,
             };
-            if outline::outline_group(context, &module.body(), function, block, &group, &callee)? {
+            if outline::outline_group(context, &module.body(), function, block, &group, &callee)
+                .map_err(|e| e.in_stage("schedule"))?
+            {
                 count += 1;
             }
         }
