@@ -95,9 +95,14 @@ def trace(
                 return interpreter.run(*args)
 
         functional = torch.func.functionalize(run, remove="mutations")
-        with enable_python_dispatcher(), fake_mode:
-            graph = make_fx(functional, decomposition_table=decompositions)(*fakes)
-        reason = _why_not_traced(graph)
+        try:
+            with enable_python_dispatcher(), fake_mode:
+                graph = make_fx(functional, decomposition_table=decompositions)(*fakes)
+        # Whatever this trace cannot do, aot_autograd's own may (or it reports the error).
+        except Exception as e:
+            reason = f"fxmlir's trace failed ({type(e).__name__}: {e})"
+        else:
+            reason = _why_not_traced(graph)
     if reason is not None:
         log.debug("graph goes through aot_autograd: %s", reason)
         return None

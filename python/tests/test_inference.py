@@ -155,3 +155,18 @@ def test_traced_graph_keeps_source_lines(tmp_path):
     sources = [node.get("source") for node in document["nodes"]]
     assert sources and all(s["file"].endswith("test_inference.py") for s in sources), sources
     assert all(s["line"] == line for s in sources), sources
+
+
+def test_a_failing_trace_falls_back_to_aot_autograd(monkeypatch, caplog):
+    from fxmlir import inference
+
+    def failing_make_fx(*args, **kwargs):
+        raise RuntimeError("an op the trace cannot take")
+
+    monkeypatch.setattr(inference, "make_fx", failing_make_fx)
+    x = torch.randn(5)
+    with torch.no_grad(), caplog.at_level("DEBUG", logger="fxmlir"):
+        actual, aot = _aot_graphs(lambda a: torch.sin(a) + 1, x)
+    assert aot == 1
+    torch.testing.assert_close(actual, torch.sin(x) + 1, atol=ATOL, rtol=RTOL)
+    assert "fxmlir's trace failed (RuntimeError: an op the trace cannot take)" in caplog.text
