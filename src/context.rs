@@ -6,7 +6,9 @@ use melior::{Context, dialect::DialectRegistry, utility};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::{Once, OnceLock};
 
-/// Dialects loaded up front so that generically built operations resolve.
+/// Dialects loaded up front so that generically built operations resolve, and so that the
+/// `llvm` stage's `convert-to-llvm` finds every dialect it is told to convert (`omp` among
+/// them) even in a module that has none of its ops.
 const DIALECTS: &[&str] = &[
     "func",
     "arith",
@@ -22,6 +24,7 @@ const DIALECTS: &[&str] = &[
     "ub",
     "affine",
     "vector",
+    "omp",
 ];
 
 /// A fresh context with every upstream dialect registered and ours loaded. Multithreading is
