@@ -1,6 +1,7 @@
 """The Dynamo backend. ``torch.compile(model, backend="fxmlir")`` lands in
-:func:`fxmlir_backend`, which runs aot_autograd with the core ATen decompositions (minus the ops
-fxmlir lowers natively) and compiles each resulting functional ATen graph."""
+:func:`fxmlir_backend`, which turns Dynamo's graph into functional ATen graphs with the core
+ATen decompositions (minus the ops fxmlir lowers natively), by its own trace for an inference
+graph (:mod:`fxmlir.inference`) or by aot_autograd for any other, and compiles each."""
 
 from __future__ import annotations
 
