@@ -127,3 +127,68 @@ func.func @scratch(%arg0: memref<4xf32>, %arg1: memref<4xf32>) attributes {llvm.
   memref.dealloc %alloc : memref<4xf32>
   return
 }
+
+// -----
+
+// A parallel region captures the descriptor fields it reads, not whole descriptors: a field
+// read of a descriptor built from the function's arguments becomes that argument (the data
+// pointers here), and the descriptor, now unused, is erased. OpenMP's translation then passes
+// two pointers to the region instead of storing two descriptors field by field.
+// CHECK-LABEL: llvm.func @chunks(
+// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[IN:arg[0-9]+]]: !llvm.ptr
+// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[OUT:arg[0-9]+]]: !llvm.ptr
+// CHECK-NOT:     llvm.insertvalue
+// CHECK:         omp.parallel {
+// CHECK-NOT:     llvm.extractvalue
+// CHECK:         llvm.getelementptr inbounds|nuw %[[IN]][
+// CHECK:         llvm.load
+// CHECK:         llvm.getelementptr inbounds|nuw %[[OUT]][
+// CHECK:         llvm.store
+// CHECK:         omp.terminator
+func.func @chunks(%arg0: memref<2x64xf32>, %arg1: memref<2x64xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c5 = arith.constant 5 : index
+  omp.parallel {
+    omp.wsloop {
+      omp.loop_nest (%i) : index = (%c0) to (%c2) step (%c1) {
+        %x = memref.load %arg0[%i, %c5] : memref<2x64xf32>
+        memref.store %x, %arg1[%i, %c0] : memref<2x64xf32>
+        omp.yield
+      }
+    }
+    omp.terminator
+  }
+  return
+}
+
+// -----
+
+// A descriptor that no insertvalue chain names (a call's result): its field read moves out of
+// the region, which captures the field.
+// CHECK-LABEL: llvm.func @from_call(
+// CHECK:         %[[D:[0-9]+]] = llvm.call @make()
+// CHECK:         %[[P:[0-9]+]] = llvm.extractvalue %[[D]][1]
+// CHECK:         omp.parallel {
+// CHECK-NOT:     llvm.extractvalue
+// CHECK:         llvm.getelementptr inbounds|nuw %[[P]][
+// CHECK:         omp.terminator
+func.func private @make() -> memref<4xf32>
+func.func @from_call(%arg0: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %m = call @make() : () -> memref<4xf32>
+  omp.parallel {
+    omp.wsloop {
+      omp.loop_nest (%i) : index = (%c0) to (%c4) step (%c1) {
+        %x = memref.load %m[%i] : memref<4xf32>
+        memref.store %x, %arg0[%i] : memref<4xf32>
+        omp.yield
+      }
+    }
+    omp.terminator
+  }
+  return
+}

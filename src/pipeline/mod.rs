@@ -5,6 +5,7 @@
 //! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
 //! replays with stock `mlir-opt`), after them it erases the script.
 
+mod captures;
 mod chains;
 pub mod outline;
 pub mod parallel;
@@ -45,9 +46,11 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
-    /// [`outline::mark_noalias`] after the passes (which drop the argument attributes of
-    /// memrefs): the outlined functions' disjoint pointers become LLVM `noalias`.
-    Noalias,
+    /// After the passes to the LLVM dialect: [`outline::mark_noalias`] (the passes drop the
+    /// argument attributes of memrefs; the outlined functions' disjoint pointers become LLVM
+    /// `noalias`), and [`captures::narrow`] (parallel regions capture the descriptor fields
+    /// they read, not whole descriptors).
+    Llvm,
     /// [`windows::mark`] after the passes: the loops over convolution and pooling windows are
     /// marked for LLVM's full unrolling.
     Windows,
@@ -69,7 +72,7 @@ impl Hook {
     /// Appends the stage's transform script, or outlines; returns how many ops it transforms.
     fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
         match self {
-            Hook::None | Hook::Noalias | Hook::Windows => Ok(0),
+            Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
             Hook::Schedule => schedule::attach(context, module, threads),
             Hook::Parallel => parallel::attach(context, module, threads),
             Hook::Outline => outline::outline(context, module),
@@ -81,9 +84,14 @@ impl Hook {
     fn finish(self, context: &Context, module: &mut Module) -> Result<()> {
         match self {
             Hook::Schedule | Hook::Parallel => schedule::detach(module),
-            Hook::Noalias => {
+            Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
-                tracing::debug!(pointers = marked, "outlined arguments marked noalias");
+                let narrowed = captures::narrow(module)?;
+                tracing::debug!(
+                    pointers = marked,
+                    reads = narrowed,
+                    "outlined arguments marked noalias, parallel captures narrowed"
+                );
             }
             Hook::Windows => {
                 let marked = windows::mark(context, module)?;
@@ -163,7 +171,7 @@ const OUTLINE: Stage = Stage {
 const LLVM: Stage = Stage {
     name: "llvm",
     pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},convert-to-llvm{filter-dialects=memref,arith,index,cf,func,ub,omp},reconcile-unrealized-casts)",
-    hook: Hook::Noalias,
+    hook: Hook::Llvm,
 };
 
 /// The pipelines by name; `default` is what the backend uses. The schedule runs before fusion:
