@@ -133,19 +133,25 @@ func.func @scratch(%arg0: memref<4xf32>, %arg1: memref<4xf32>) attributes {llvm.
 // A parallel region captures the descriptor fields it reads, not whole descriptors: a field
 // read of a descriptor built from the function's arguments becomes that argument (the data
 // pointers here), and the descriptor, now unused, is erased. OpenMP's translation then passes
-// two pointers to the region instead of storing two descriptors field by field.
+// two pointers to the region instead of storing two descriptors field by field. The two data
+// pointers are `noalias` (fxmlir.noalias, as the outline stage records it); inside the region
+// each access through one of them carries its scope and, as not aliasing, the other's, which
+// survives OpenMP's outlining of the region.
+// CHECK:       #[[$DOMAIN:.*]] = #llvm.alias_scope_domain<id = distinct[{{[0-9]+}}]<>, description = "fxmlir">
+// CHECK:       #[[$S0:alias_scope[0-9]*]] = #llvm.alias_scope<id = distinct[{{[0-9]+}}]<>, domain = #[[$DOMAIN]]>
+// CHECK:       #[[$S1:alias_scope[0-9]*]] = #llvm.alias_scope<id = distinct[{{[0-9]+}}]<>, domain = #[[$DOMAIN]]>
 // CHECK-LABEL: llvm.func @chunks(
-// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[IN:arg[0-9]+]]: !llvm.ptr
-// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[OUT:arg[0-9]+]]: !llvm.ptr
+// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[IN:arg[0-9]+]]: !llvm.ptr {llvm.noalias}
+// CHECK-SAME:      %{{arg[0-9]+}}: !llvm.ptr{{[^,]*}}, %[[OUT:arg[0-9]+]]: !llvm.ptr {llvm.noalias}
 // CHECK-NOT:     llvm.insertvalue
 // CHECK:         omp.parallel {
 // CHECK-NOT:     llvm.extractvalue
-// CHECK:         llvm.getelementptr inbounds|nuw %[[IN]][
-// CHECK:         llvm.load
-// CHECK:         llvm.getelementptr inbounds|nuw %[[OUT]][
-// CHECK:         llvm.store
+// CHECK:         %[[P:[0-9]+]] = llvm.getelementptr inbounds|nuw %[[IN]][
+// CHECK:         llvm.load %[[P]] {alias_scopes = [#[[$S0]]], noalias_scopes = [#[[$S1]]]}
+// CHECK:         %[[Q:[0-9]+]] = llvm.getelementptr inbounds|nuw %[[OUT]][
+// CHECK:         llvm.store %{{[0-9]+}}, %[[Q]] {alias_scopes = [#[[$S1]]], noalias_scopes = [#[[$S0]]]}
 // CHECK:         omp.terminator
-func.func @chunks(%arg0: memref<2x64xf32>, %arg1: memref<2x64xf32>) {
+func.func @chunks(%arg0: memref<2x64xf32>, %arg1: memref<2x64xf32>) attributes {fxmlir.noalias = array<i64: 1, 8>} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index

@@ -5,10 +5,10 @@
 //! generated transform script to the module (dumped as `NN-schedule.transform.mlir`, which
 //! replays with stock `mlir-opt`), after them it erases the script.
 
-mod captures;
 mod chains;
 pub mod outline;
 pub mod parallel;
+mod regions;
 pub mod schedule;
 pub mod windows;
 
@@ -48,8 +48,9 @@ pub enum Hook {
     Outline,
     /// After the passes to the LLVM dialect: [`outline::mark_noalias`] (the passes drop the
     /// argument attributes of memrefs; the outlined functions' disjoint pointers become LLVM
-    /// `noalias`), and [`captures::narrow`] (parallel regions capture the descriptor fields
-    /// they read, not whole descriptors).
+    /// `noalias`), then [`regions::narrow`] (parallel regions capture the descriptor fields
+    /// they read, not whole descriptors) and [`regions::scope`] (the `noalias` of those
+    /// pointers as alias scopes on the regions' loads and stores).
     Llvm,
     /// [`windows::mark`] after the passes: the loops over convolution and pooling windows are
     /// marked for LLVM's full unrolling.
@@ -86,11 +87,13 @@ impl Hook {
             Hook::Schedule | Hook::Parallel => schedule::detach(module),
             Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
-                let narrowed = captures::narrow(module)?;
+                let narrowed = regions::narrow(module)?;
+                let scoped = regions::scope(context, module)?;
                 tracing::debug!(
                     pointers = marked,
                     reads = narrowed,
-                    "outlined arguments marked noalias, parallel captures narrowed"
+                    accesses = scoped,
+                    "noalias marked, parallel captures narrowed and accesses scoped"
                 );
             }
             Hook::Windows => {
