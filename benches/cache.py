@@ -10,9 +10,9 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+import compare
 import torch
 from cases import all_cases
-from compare import run_backend
 from measure import process_warmup
 
 CASES = ("transformer_block", "resnet18")
@@ -24,7 +24,7 @@ def first_call(case_name: str) -> dict[str, Any]:
     with torch.no_grad():
         process_warmup(("fxmlir",))
         expected = fn(*args)
-        return run_backend("fxmlir", fn, args, expected, 0.0, None, time_calls=False)
+        return compare.first_call("fxmlir", fn, args, expected)[1]
 
 
 def _contents(directory: pathlib.Path) -> dict[str, int]:

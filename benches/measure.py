@@ -53,14 +53,58 @@ def median_ms(
             start = time.perf_counter()
             fn(*args)
             times.append(time.perf_counter() - start)
-    times_ms = [t * 1e3 for t in times]
+    return _summary([t * 1e3 for t in times])
+
+
+def _summary(times_ms: list[float]) -> dict[str, float]:
     return {
         "ms": statistics.median(times_ms),
         "min_ms": min(times_ms),
-        "repeat": repeat,
+        "repeat": len(times_ms),
         # Spread of the middle half, relative to the median: a noisy measurement shows here.
         "iqr_rel": _iqr(times_ms) / statistics.median(times_ms),
     }
+
+
+#: Wall time of one batch of a backend's calls in :func:`interleaved_ms`.
+BATCH_S = 0.002
+
+
+def interleaved_ms(
+    calls: dict[str, Callable[..., Any]], args: tuple, budget_s: float, repeat: int | None = None
+) -> dict[str, dict[str, float]]:
+    """:func:`median_ms` of several functions of the same arguments (eager and the compiled
+    backends of one case), timed in turns: each round runs a batch of calls of each function
+    (about ``BATCH_S`` seconds of it) before the next, until the rounds have used ``budget_s``
+    seconds per function (``repeat`` calls each if given, one per round). So every function is
+    timed across the same stretch of time: on a shared host the speed moves by a third from
+    one minute to the next, and timed one after the other, two backends could each catch a
+    different phase and their ratio with it."""
+    batches: dict[str, int] = {}
+    with no_gc():
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            for _ in range(WARMUP_CALLS):
+                fn(*args)
+            estimate = (time.perf_counter() - start) / WARMUP_CALLS
+            batches[name] = 1 if repeat else max(1, int(BATCH_S / max(estimate, 1e-9)))
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        spent = 0.0
+        rounds = 0
+        while rounds < (repeat or MIN_REPEAT) or (
+            repeat is None
+            and spent < budget_s * len(calls)
+            and all(len(t) < MAX_REPEAT for t in times.values())
+        ):
+            for name, fn in calls.items():
+                for _ in range(batches[name]):
+                    start = time.perf_counter()
+                    fn(*args)
+                    elapsed = time.perf_counter() - start
+                    times[name].append(elapsed * 1e3)
+                    spent += elapsed
+            rounds += 1
+    return {name: _summary(t) for name, t in times.items()}
 
 
 def _iqr(values: list[float]) -> float:
