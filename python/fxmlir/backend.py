@@ -142,11 +142,11 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
     alone (see :mod:`fxmlir.hoist`). Otherwise the supported nodes are
     grouped into compiled partitions and the rest run eagerly between them, unless
-    ``config.fallback == "error"``, which raises instead. Outputs that are views of another
-    output are rebuilt as views of it after each call (see :mod:`fxmlir.aliasing`)."""
-    views = aliasing.views_among_outputs(gm)
-    if views:
-        return aliasing.rebuilding(_compile(aliasing.without(gm, views), static), views)
+    ``config.fallback == "error"``, which raises instead. Outputs that share memory are
+    rebuilt as views after each call (see :mod:`fxmlir.aliasing`)."""
+    aliases = aliasing.aliases(gm)
+    if aliases:
+        return aliasing.rebuilding(_compile(aliasing.without(gm, aliases), static), aliases)
     strict = config.check_fallback() == "error"
     supported = supported_ops()
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
