@@ -1,12 +1,12 @@
 //! The `parallel` stage: both cores (or however many threads torch uses) on every large
 //! structured op. Rust picks, for each top-level `linalg` op of the graph function whose loop
-//! nest is big enough, its outermost parallel loop with at least two iterations, tags the op and
-//! appends a transform script that tiles that loop with `tile_using_forall` into one chunk per
-//! thread. After bufferisation the `loops` stage turns each `scf.forall` into `scf.parallel`
-//! and then into an OpenMP worksharing loop, which the LLVM translation outlines into a
-//! function run by the OpenMP runtime's thread team. Inner loops stay sequential, so LLVM
-//! still vectorises them. Tile loops of the matrix products the schedule stage built are not
-//! top-level ops and are left alone here.
+//! nest is big enough, its outermost parallel loop that spreads evenly over the threads (see
+//! [`choose`]), tags the op and appends a transform script that tiles that loop with
+//! `tile_using_forall` into one chunk per thread. After bufferisation the `loops` stage turns
+//! each `scf.forall` into `scf.parallel` and then into an OpenMP worksharing loop, which the
+//! LLVM translation outlines into a function run by the OpenMP runtime's thread team. Inner
+//! loops stay sequential, so LLVM still vectorises them. Tile loops of the matrix products the
+//! schedule stage built are not top-level ops and are left alone here.
 
 use super::schedule::{
     ANY, append_script, handles, has_entry, list, map_results, plain_body, result_dim, script, tag,
@@ -60,13 +60,35 @@ fn fill_operand(op: &OperationRef) -> Option<usize> {
     (owner.name().as_string_ref().as_str() == Ok("linalg.fill")).then_some(init)
 }
 
-/// Picks the loop to split: the outermost parallel loop with at least two iterations, cut into
-/// `threads` chunks (fewer when the loop is shorter). `None` for small or serial loop nests.
+/// How evenly a loop of `range` iterations spreads over `threads`: the work of an even share
+/// over that of the busiest thread (1 when `threads` divides `range`; 3 iterations on two
+/// threads give 0.75: one thread does two thirds of the work).
+fn balance(range: i64, threads: i64) -> f64 {
+    let busiest = (range + threads - 1) / threads;
+    range as f64 / threads as f64 / busiest as f64
+}
+
+/// The balance from which a loop counts as evenly split (17 iterations on two threads: 0.94).
+const EVEN: f64 = 0.9;
+
+/// Picks the loop to split: the outermost parallel loop that spreads evenly over the threads
+/// (see [`balance`]), else the parallel loop that spreads best (the outermost of equals), cut
+/// into `threads` chunks (fewer when the loop is shorter). A convolution's patch copy over
+/// three input channels, split on its channels, kept one thread on two thirds of the copy
+/// while the other waited. `None` for small or serial loop nests.
 pub fn choose(ranges: &[i64], parallel: &[bool], threads: i64) -> Option<Split> {
     if threads < 2 || ranges.iter().product::<i64>() < MIN_WORK {
         return None;
     }
-    let dim = (0..ranges.len()).find(|&d| parallel[d] && ranges[d] >= 2)?;
+    let candidates = (0..ranges.len()).filter(|&d| parallel[d] && ranges[d] >= 2);
+    let dim = candidates
+        .clone()
+        .find(|&d| balance(ranges[d], threads) >= EVEN)
+        .or_else(|| {
+            candidates.rev().max_by(|&a, &b| {
+                balance(ranges[a], threads).total_cmp(&balance(ranges[b], threads))
+            })
+        })?;
     Some(Split {
         dim,
         chunks: threads.min(ranges[dim]),
@@ -302,9 +324,28 @@ mod tests {
             choose(&[64, 2048], &[false, true], 2),
             Some(Split { dim: 1, chunks: 2 })
         );
-        // Fewer iterations than threads: one chunk per iteration.
+        // A loop that would leave threads idle or one thread with most of the work gives way
+        // to an inner one that spreads evenly.
         assert_eq!(
             choose(&[3, 65536], &par, 8),
+            Some(Split { dim: 1, chunks: 8 })
+        );
+        assert_eq!(
+            choose(&[3, 3, 8, 1024], &[true; 4], 2),
+            Some(Split { dim: 2, chunks: 2 })
+        );
+        assert_eq!(
+            choose(&[17, 4096], &par, 2),
+            Some(Split { dim: 0, chunks: 2 })
+        );
+        // None spreads evenly: the one that spreads best, the outermost of equals; fewer
+        // iterations than threads give one chunk per iteration.
+        assert_eq!(
+            choose(&[3, 5, 7, 3000], &[true, true, true, false], 4),
+            Some(Split { dim: 2, chunks: 4 })
+        );
+        assert_eq!(
+            choose(&[3, 3, 65536], &[true, true, false], 8),
             Some(Split { dim: 0, chunks: 3 })
         );
         // Small nests, one thread, all-reduction nests: no split.
