@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use inkwell::module::Module;
-use inkwell::values::{AnyValueEnum, BasicValue, InstructionValue};
+use inkwell::values::{AnyValueEnum, BasicValue, FunctionValue, InstructionValue};
 use std::ffi::{CStr, c_void};
 use std::sync::OnceLock;
 
@@ -209,6 +209,25 @@ const STATIC_SCHEDULE: u64 = 34;
 /// Makes sure every OpenMP runtime call in `module` is one the shim implements as called:
 /// a known `__kmpc_*` function, parallel regions with at most one (aggregate) argument, loops
 /// with a static schedule without chunk size; and that libgomp can be loaded when any is.
+/// The functions of `module` that start a parallel region (call `__kmpc_fork_call`).
+pub fn forking_functions<'ctx>(module: &Module<'ctx>) -> Vec<FunctionValue<'ctx>> {
+    let mut functions = Vec::new();
+    let Some(fork) = module.get_function("__kmpc_fork_call") else {
+        return functions;
+    };
+    let mut next = fork.as_global_value().as_pointer_value().get_first_use();
+    while let Some(use_) = next {
+        if let AnyValueEnum::InstructionValue(call) = use_.get_user()
+            && let Some(function) = call.get_parent().and_then(|b| b.get_parent())
+            && !functions.contains(&function)
+        {
+            functions.push(function);
+        }
+        next = use_.get_next_use();
+    }
+    functions
+}
+
 pub fn check(module: &Module) -> Result<()> {
     let unsupported = |what: String| {
         Error::Llvm(format!(

@@ -15,7 +15,7 @@ use inkwell::{
     module::{Linkage, Module as LlvmModule},
     passes::PassBuilderOptions,
     targets::FileType,
-    values::AsValueRef,
+    values::{AsValueRef, FunctionValue},
 };
 use llvm_sys::LLVMTypeKind;
 use llvm_sys::core::{
@@ -259,13 +259,20 @@ fn function_sizes(llvm: &LlvmModule<'_>) -> Vec<(String, usize)> {
     llvm.get_functions()
         .filter(|f| f.count_basic_blocks() > 0)
         .map(|f| {
-            let count = f
-                .get_basic_block_iter()
-                .map(|b| b.get_instructions().count())
-                .sum();
-            (f.get_name().to_string_lossy().into_owned(), count)
+            (
+                f.get_name().to_string_lossy().into_owned(),
+                instruction_count(f),
+            )
         })
         .collect()
+}
+
+/// How many instructions `function` has.
+pub fn instruction_count(function: FunctionValue<'_>) -> usize {
+    function
+        .get_basic_block_iter()
+        .map(|b| b.get_instructions().count())
+        .sum()
 }
 
 /// Assigns functions to `parts` groups, largest first to the lightest group.

@@ -17,7 +17,9 @@
 //! values a kept op uses stays too. An outlined function takes the values its ops use from outside as
 //! arguments, in order of first use, except constants, which are cloned into it so that LLVM
 //! still sees constant loop bounds and steps. Outlined functions are internal and never
-//! inlined: inlining them back would undo both gains.
+//! inlined: inlining them back would undo both gains. (After OpenMP's translation, a function
+//! that only starts a parallel region, whose body became a function of its own, is inlined
+//! into the entry point; see `jit::inline_into_entry`.)
 //!
 //! Outlining hides from LLVM where each memref comes from, so it would have to assume any two
 //! may overlap, and versions every vectorised loop with run-time overlap checks (code that
