@@ -56,7 +56,7 @@ class TransformerBlock(nn.Module):
         return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
 
 
-class _LastHiddenState(nn.Module):
+class LastHiddenState(nn.Module):
     """A transformers model returning one tensor (its logits or last hidden state)."""
 
     def __init__(self, model: nn.Module, field: str):
@@ -82,7 +82,7 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
         config = transformers.GPT2Config(
             n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64
         )
-    gpt2 = _LastHiddenState(transformers.GPT2LMHeadModel(config), "logits")
+    gpt2 = LastHiddenState(transformers.GPT2LMHeadModel(config), "logits")
     bert_config = transformers.BertConfig(
         hidden_size=128,
         num_hidden_layers=2,
@@ -91,7 +91,7 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
         vocab_size=1000,
         max_position_embeddings=64,
     )
-    bert = _LastHiddenState(transformers.BertModel(bert_config), "last_hidden_state")
+    bert = LastHiddenState(transformers.BertModel(bert_config), "last_hidden_state")
     image = torch.randn(1, 3, 64, 64)
     ids = torch.randint(0, 1000, (2, 32))
     return [
