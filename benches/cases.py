@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from fxmlir.demo import MLP, LastHiddenState, TransformerBlock, real_models
+from fxmlir.demo import MLP, TransformerBlock, bert_model, real_models
 
 #: Elements of the bandwidth-bound cases: 128 MiB of f32 per tensor, so that the input and the
 #: output together (256 MiB) are well beyond the last-level cache.
@@ -123,18 +123,8 @@ def _real_model(key: str):
 def _bert_base():
     """transformers BERT at BERT-base width (d=768, 12 heads, FFN 3072), two layers, random
     weights, on 1 x 128 ids: the bench's models are small, real ones are this wide."""
-    import transformers
-
     torch.manual_seed(0)
-    config = transformers.BertConfig(
-        hidden_size=768,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        vocab_size=1000,
-        max_position_embeddings=128,
-    )
-    model = LastHiddenState(transformers.BertModel(config), "last_hidden_state").eval()
+    model = bert_model(hidden=768, heads=12, intermediate=3072, positions=128).eval()
     return model, (torch.randint(0, 1000, (1, 128)),)
 
 

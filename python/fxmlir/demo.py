@@ -68,6 +68,22 @@ class LastHiddenState(nn.Module):
         return getattr(self.model(ids), self.field)
 
 
+def bert_model(hidden: int, heads: int, intermediate: int, positions: int) -> nn.Module:
+    """transformers' BERT, two layers with random weights and a vocabulary of 1000, returning
+    its last hidden state."""
+    import transformers
+
+    config = transformers.BertConfig(
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        vocab_size=1000,
+        max_position_embeddings=positions,
+    )
+    return LastHiddenState(transformers.BertModel(config), "last_hidden_state")
+
+
 def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
     """torchvision's resnet18 and mobilenet_v3_small, transformers' BERT and GPT-2 (small
     configs), all with random weights."""
@@ -83,15 +99,7 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
             n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=64
         )
     gpt2 = LastHiddenState(transformers.GPT2LMHeadModel(config), "logits")
-    bert_config = transformers.BertConfig(
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=512,
-        vocab_size=1000,
-        max_position_embeddings=64,
-    )
-    bert = LastHiddenState(transformers.BertModel(bert_config), "last_hidden_state")
+    bert = bert_model(hidden=128, heads=4, intermediate=512, positions=64)
     image = torch.randn(1, 3, 64, 64)
     ids = torch.randint(0, 1000, (2, 32))
     return [
