@@ -8,7 +8,7 @@
 mod chains;
 pub mod outline;
 pub mod parallel;
-mod regions;
+pub mod regions;
 pub mod schedule;
 pub mod windows;
 

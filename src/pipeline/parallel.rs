@@ -72,7 +72,7 @@ fn balance(range: i64, threads: i64) -> f64 {
 const EVEN: f64 = 0.9;
 
 /// Picks the loop to split: the outermost parallel loop that spreads evenly over the threads
-/// (see [`balance`]), else the parallel loop that spreads best (the outermost of equals), cut
+/// (see `balance`), else the parallel loop that spreads best (the outermost of equals), cut
 /// into `threads` chunks (fewer when the loop is shorter). A convolution's patch copy over
 /// three input channels, split on its channels, kept one thread on two thirds of the copy
 /// while the other waited. `None` for small or serial loop nests.
