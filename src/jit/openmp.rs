@@ -206,9 +206,6 @@ pub fn lookup(symbol: &str) -> Option<usize> {
 /// OpenMP schedule type of a static schedule without chunk size (`kmp_sch_static`).
 const STATIC_SCHEDULE: u64 = 34;
 
-/// Makes sure every OpenMP runtime call in `module` is one the shim implements as called:
-/// a known `__kmpc_*` function, parallel regions with at most one (aggregate) argument, loops
-/// with a static schedule without chunk size; and that libgomp can be loaded when any is.
 /// The functions of `module` that start a parallel region (call `__kmpc_fork_call`).
 pub fn forking_functions<'ctx>(module: &Module<'ctx>) -> Vec<FunctionValue<'ctx>> {
     let mut functions = Vec::new();
@@ -228,6 +225,9 @@ pub fn forking_functions<'ctx>(module: &Module<'ctx>) -> Vec<FunctionValue<'ctx>
     functions
 }
 
+/// Makes sure every OpenMP runtime call in `module` is one the shim implements as called:
+/// a known `__kmpc_*` function, parallel regions with at most one (aggregate) argument, loops
+/// with a static schedule without chunk size; and that libgomp can be loaded when any is.
 pub fn check(module: &Module) -> Result<()> {
     let unsupported = |what: String| {
         Error::Llvm(format!(

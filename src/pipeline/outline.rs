@@ -297,6 +297,21 @@ fn cloned_definition<'c, 'a>(
     (cloned.contains(&op_name(&owner).as_str()) && owner.operand_count() == 0).then_some(owner)
 }
 
+/// Whether `ancestor` is `op` or contains it.
+pub(super) fn within(op: MlirOperation, ancestor: MlirOperation) -> bool {
+    let mut current = op;
+    // SAFETY: `op` is a live op; walking up its parents ends at a null op.
+    unsafe {
+        while !current.ptr.is_null() {
+            if current.ptr == ancestor.ptr {
+                return true;
+            }
+            current = mlirOperationGetParentOperation(current);
+        }
+    }
+    false
+}
+
 /// The op defining `value`; `None` for a block argument. (Checked first: melior's failed
 /// conversion prints the value, and printing a block argument numbers its whole function.)
 pub(super) fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {

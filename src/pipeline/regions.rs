@@ -22,7 +22,7 @@
 //! derives from an argument, the scope of that argument (when it is `noalias`) and, as scopes
 //! it does not alias, those of the other `noalias` arguments.
 
-use super::outline::{op_name, result_owner};
+use super::outline::{op_name, result_owner, within};
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
@@ -34,9 +34,8 @@ use melior::{
     },
 };
 use mlir_sys::{
-    MlirBlock, MlirOperation, mlirOpOperandIsNull, mlirOperationDestroy,
-    mlirOperationGetParentOperation, mlirOperationMoveBefore, mlirOperationSetAttributeByName,
-    mlirValueGetFirstUse, mlirValueReplaceAllUsesOfWith,
+    MlirBlock, MlirOperation, mlirOpOperandIsNull, mlirOperationDestroy, mlirOperationMoveBefore,
+    mlirOperationSetAttributeByName, mlirValueGetFirstUse, mlirValueReplaceAllUsesOfWith,
 };
 
 const PARALLEL: &str = "omp.parallel";
@@ -50,21 +49,6 @@ const NOALIAS_ATTRIBUTE: &str = "llvm.noalias";
 
 fn failure(message: String) -> Error {
     Error::stage("llvm", message)
-}
-
-/// Whether `ancestor` is `op` or contains it.
-fn within(op: MlirOperation, ancestor: MlirOperation) -> bool {
-    let mut current = op;
-    // SAFETY: `op` is a live op; walking up its parents ends at a null op.
-    unsafe {
-        while !current.ptr.is_null() {
-            if current.ptr == ancestor.ptr {
-                return true;
-            }
-            current = mlirOperationGetParentOperation(current);
-        }
-    }
-    false
 }
 
 /// The op that holds the definition of `value`: its defining op, or for a block argument the

@@ -10,7 +10,7 @@
 //! induction variable an `affine.apply` combines with an enclosing loop's (`oh * stride + kh`),
 //! as `convert-linalg-to-loops` indexes a window.
 
-use super::outline::{op_name, result_owner};
+use super::outline::{op_name, result_owner, within};
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
@@ -57,21 +57,11 @@ fn is_enclosing_induction_variable(value: Value, op: MlirOperation) -> bool {
         .owner()
         .parent_operation()
         .filter(|o| o.name().as_string_ref().as_str() == Ok("scf.for"))
-        .map(|o| o.to_raw().ptr)
+        .map(|o| o.to_raw())
     else {
         return false;
     };
-    let mut current = op;
-    // SAFETY: `op` is a live op; walking up its parents ends at a null op.
-    unsafe {
-        while !current.ptr.is_null() {
-            if current.ptr == owner {
-                return true;
-            }
-            current = mlir_sys::mlirOperationGetParentOperation(current);
-        }
-    }
-    false
+    within(op, owner)
 }
 
 /// Whether an `affine.apply` combines the induction variable `iv` of `for_op` with the
