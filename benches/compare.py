@@ -4,8 +4,6 @@ fxmlir also keep the per-graph, per-stage compile timings from ``fxmlir.backend.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -76,22 +74,14 @@ def paired_with_copy(fn: Callable[..., Any], args: tuple, rounds: int) -> dict[s
     (``dst.copy_(src)`` on a tensor like the case's input, the same bytes read and written),
     so that both are timed on the same machine: on a shared host the bandwidth moves by a
     third from one minute to the next, and the bandwidth probe runs in another task. The
-    medians of each, in ms (the kernel from the first compile in this process is reused)."""
+    medians of each, in ms, over ``rounds`` rounds of one call each (the kernel from the first
+    compile in this process is reused)."""
     compiled = torch.compile(fn, backend="fxmlir")
     src = args[0]
     dst = torch.empty_like(src)
     calls = {"copy_ms": lambda: dst.copy_(src), "fxmlir_ms": lambda: compiled(*args)}
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    with measure.no_gc():
-        for call in calls.values():
-            for _ in range(measure.WARMUP_CALLS):
-                call()
-        for _ in range(rounds):
-            for name, call in calls.items():
-                start = time.perf_counter()
-                call()
-                times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()} | {"rounds": rounds}
+    times = measure.interleaved_ms(calls, (), 0.0, rounds)
+    return {name: t["ms"] for name, t in times.items()} | {"rounds": rounds}
 
 
 #: Rounds of the paired measurement (one copy and one fxmlir call each, about 10 ms).

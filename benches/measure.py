@@ -38,22 +38,10 @@ def no_gc() -> Iterator[None]:
 def median_ms(
     fn: Callable[..., Any], args: tuple, budget_s: float, repeat: int | None = None
 ) -> dict[str, float]:
-    """The median wall time of ``fn(*args)`` in ms after warm-up calls. The number of timed
-    calls is ``repeat`` if given, else what fits in ``budget_s`` seconds (at least
-    ``MIN_REPEAT``)."""
-    with no_gc():
-        start = time.perf_counter()
-        for _ in range(WARMUP_CALLS):
-            fn(*args)
-        estimate = (time.perf_counter() - start) / WARMUP_CALLS
-        if repeat is None:
-            repeat = int(min(MAX_REPEAT, max(MIN_REPEAT, budget_s / max(estimate, 1e-9))))
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn(*args)
-            times.append(time.perf_counter() - start)
-    return _summary([t * 1e3 for t in times])
+    """The median wall time of ``fn(*args)`` in ms after warm-up calls: :func:`interleaved_ms`
+    of the one function. The number of timed calls is ``repeat`` if given, else what fits in
+    ``budget_s`` seconds (at least ``MIN_REPEAT``)."""
+    return interleaved_ms({"fn": fn}, args, budget_s, repeat)["fn"]
 
 
 def _summary(times_ms: list[float]) -> dict[str, float]:
