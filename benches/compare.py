@@ -22,7 +22,8 @@ def _last_seq() -> int:
 def fxmlir_compiles(since_seq: int) -> dict[str, Any]:
     """fxmlir's compile records after ``since_seq``: each graph's stage timings (ms) and where
     its kernel came from (compiled, or reused from memory or from the disk cache), the
-    per-stage sums over graphs and the total."""
+    per-stage sums over graphs, the total, the part of it compiled in the background (beside
+    Dynamo) and how long first calls waited for those kernels."""
     graphs = [
         {
             "name": r.name,
@@ -30,6 +31,8 @@ def fxmlir_compiles(since_seq: int) -> dict[str, Any]:
             "source": getattr(r, "source", "memory" if r.cached else "compiled"),
             "total_ms": r.total_ms,
             "timings": dict(r.timings),
+            "background": r.background,
+            "waited_ms": r.waited_ms,
         }
         for r in fxmlir_backend.history
         if r.seq > since_seq
@@ -45,6 +48,8 @@ def fxmlir_compiles(since_seq: int) -> dict[str, Any]:
         "graphs": graphs,
         "stages_ms": stages,
         "total_ms": sum(g["total_ms"] for g in graphs),
+        "background_ms": sum(g["total_ms"] for g in graphs if g["background"]),
+        "waited_ms": sum(g["waited_ms"] for g in graphs),
         "sources": sources,
     }
 
@@ -63,6 +68,9 @@ def first_call(
         result["check"] = measure.check(out, expected)
         if backend == "fxmlir":
             result["compile"] = fxmlir_compiles(since)
+            # A kernel compiled on the backend's worker thread, beside Dynamo, is backend time
+            # too: the first call hides some of it, the compile bar counts all of it.
+            result["backend_compile_ms"] += result["compile"]["background_ms"]
     except Exception as e:  # a failing backend is reported, not fatal
         result["error"] = measure.error_text(e)
         return None, result

@@ -7,8 +7,11 @@ use crate::runtime::{CompiledGraph, Options, dlpack};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
 
 create_exception!(
     _fxmlir,
@@ -61,17 +64,20 @@ fn to_py(e: Error) -> PyErr {
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result.map_err(to_py),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err(FxmlirError::new_err(format!(
-                "internal error in fxmlir (a bug, please report it): {what}"
-            )))
-        }
+        Err(panic) => Err(panic_error(panic)),
     }
+}
+
+/// The exception for a caught panic.
+fn panic_error(panic: Box<dyn Any + Send>) -> PyErr {
+    let what = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    FxmlirError::new_err(format!(
+        "internal error in fxmlir (a bug, please report it): {what}"
+    ))
 }
 
 /// A compiled graph: call `run` with the data pointers of inputs then outputs.
@@ -183,6 +189,29 @@ unsafe extern "C" fn drop_unused_capsule(capsule: *mut pyo3::ffi::PyObject) {
     }
 }
 
+/// The compile options of `compile`'s arguments.
+fn options(
+    pipeline: &str,
+    dump_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    threads: usize,
+) -> Options {
+    Options {
+        pipeline: pipeline.to_string(),
+        dump_dir,
+        cache_dir,
+        threads,
+    }
+}
+
+/// The kernel of an interchange document (JSON text) compiled with `options`.
+fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
+    guard(|| {
+        let graph = crate::Graph::from_json(json)?;
+        crate::compile(&graph, Some(json), options)
+    })
+}
+
 /// Compiles an interchange document (JSON text), or reuses the kernel of an identical graph
 /// from this process or from the compile cache under `cache_dir`.
 #[pyfunction]
@@ -195,19 +224,66 @@ fn compile(
     cache_dir: Option<PathBuf>,
     threads: usize,
 ) -> PyResult<Kernel> {
-    let options = Options {
-        pipeline: pipeline.to_string(),
-        dump_dir,
-        cache_dir,
-        threads,
-    };
-    let compiled = py.detach(|| {
-        guard(|| {
-            let graph = crate::Graph::from_json(&json)?;
-            crate::compile(&graph, Some(&json), &options)
-        })
-    })?;
+    let options = options(pipeline, dump_dir, cache_dir, threads);
+    let compiled = py.detach(|| compile_document(&json, &options))?;
     Ok(Kernel { compiled })
+}
+
+/// `compile` on a thread of its own, which never takes the GIL: it starts at once, however
+/// busy Python's own threads keep the GIL. `Compiling.wait` gives the kernel.
+#[pyfunction]
+#[pyo3(signature = (json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1))]
+fn compile_in_background(
+    json: String,
+    pipeline: &str,
+    dump_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    threads: usize,
+) -> PyResult<Compiling> {
+    let options = options(pipeline, dump_dir, cache_dir, threads);
+    let thread = std::thread::Builder::new()
+        .name("fxmlir-compile".into())
+        .stack_size(crate::jit::COMPILE_STACK)
+        .spawn(move || compile_document(&json, &options))
+        .map_err(|e| CompileError::new_err(format!("cannot start a compile thread: {e}")))?;
+    Ok(Compiling {
+        thread: Mutex::new(Some(thread)),
+        outcome: OnceLock::new(),
+    })
+}
+
+/// A compile running on a thread of its own (`compile_in_background`).
+#[pyclass(module = "fxmlir._fxmlir", frozen)]
+struct Compiling {
+    /// Taken by the first `wait`, which joins it and sets `outcome`.
+    thread: Mutex<Option<JoinHandle<PyResult<CompiledGraph>>>>,
+    outcome: OnceLock<PyResult<Py<Kernel>>>,
+}
+
+#[pymethods]
+impl Compiling {
+    /// The kernel once the compile has finished, waited for without the GIL; or the compile's
+    /// exception, raised again by every later call.
+    fn wait(&self, py: Python<'_>) -> PyResult<Py<Kernel>> {
+        let thread = py.detach(|| {
+            self.thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        });
+        if let Some(thread) = thread {
+            let outcome = match py.detach(|| thread.join()) {
+                Ok(result) => result.and_then(|compiled| Py::new(py, Kernel { compiled })),
+                Err(panic) => Err(panic_error(panic)),
+            };
+            // Only the caller that took the thread gets here, once.
+            let _ = self.outcome.set(outcome);
+        }
+        match py.detach(|| self.outcome.wait()) {
+            Ok(kernel) => Ok(kernel.clone_ref(py)),
+            Err(e) => Err(e.clone_ref(py)),
+        }
+    }
 }
 
 /// Lowers an interchange document and returns the MLIR text (no passes run).
@@ -255,7 +331,9 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("INTERCHANGE_VERSION", crate::graph::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Kernel>()?;
+    m.add_class::<Compiling>()?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_in_background, m)?)?;
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;

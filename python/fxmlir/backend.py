@@ -11,6 +11,7 @@ import functools
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +44,11 @@ class CompileRecord:
     #: Where the kernel came from: ``"compiled"``, ``"memory"`` (an identical graph compiled
     #: earlier in this process) or ``"disk"`` (the compile cache, ``config.cache_dir``).
     source: str = "compiled"
+
+    #: Whether the kernel compiled on the worker thread (``config.background``) while Dynamo
+    #: went on, and how long the first call then waited for it, in ms.
+    background: bool = False
+    waited_ms: float = 0.0
 
     @property
     def cached(self) -> bool:
@@ -79,8 +85,10 @@ def decompositions() -> dict[Any, Callable]:
 
 
 class GraphCompiler:
-    """Compiles one functional ATen graph. Static graphs compile at once; graphs with symbolic
-    sizes compile on each call with new concrete sizes (cached per binding)."""
+    """Compiles one functional ATen graph. Static graphs compile at once, or with
+    ``background`` on a thread of their own (exported at once; :meth:`ready` waits for the
+    kernel); graphs with symbolic sizes compile on each call with new concrete sizes (cached
+    per binding)."""
 
     def __init__(
         self,
@@ -88,6 +96,7 @@ class GraphCompiler:
         pipeline: str,
         dump_dir: str | None,
         cache_dir: str | None,
+        background: bool = False,
     ):
         self.gm = gm
         self.pipeline = pipeline
@@ -97,26 +106,68 @@ class GraphCompiler:
         self.dynamic = interchange.is_dynamic(gm)
         self.specialized: dict[tuple, runtime.CompiledGraph] = {}
         self.static: runtime.CompiledGraph | None = None
-        if not self.dynamic:
-            self.static = self._build({}, self.name)
+        #: The plan and the function that waits for its kernel, while it compiles.
+        self.pending: tuple[interchange.Plan, Callable[[], Any]] | None = None
+        if self.dynamic:
+            return
+        plan = interchange.export(gm, self.name, {})
+        finish = self._start(plan, background)
+        if background:
+            self.pending = (plan, finish)
+        else:
+            self.static = self._record(plan, *finish())
+
+    def _start(
+        self, plan: interchange.Plan, background: bool
+    ) -> Callable[[], tuple[runtime.CompiledGraph, str]]:
+        # The thread count is read here: with OpenMP it is a setting of the calling thread.
+        threads = torch.get_num_threads()
+        return runtime.build(
+            plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background
+        )
+
+    def ready(self) -> None:
+        """Waits for the background compile, if one is under way; raises its error (again on
+        every call, if it failed)."""
+        if self.pending is None:
+            return
+        plan, finish = self.pending
+        start = time.perf_counter()
+        compiled, source = finish()
+        waited_ms = (time.perf_counter() - start) * 1e3
+        self.pending = None
+        self.static = self._record(plan, compiled, source, True, waited_ms)
 
     def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
         plan = interchange.export(self.gm, name, bindings)
-        compiled, source = runtime.build(plan, self.pipeline, self.dump_dir, self.cache_dir)
+        return self._record(plan, *self._start(plan, False)())
+
+    def _record(
+        self,
+        plan: interchange.Plan,
+        compiled: runtime.CompiledGraph,
+        source: str,
+        background: bool = False,
+        waited_ms: float = 0.0,
+    ) -> runtime.CompiledGraph:
+        """Appends the compile to :data:`history`; returns ``compiled``."""
         kernel = compiled.kernel
         history.append(
             CompileRecord(
                 seq=next(_records),
-                name=name,
+                name=plan.document["name"],
                 nodes=len(plan.document["nodes"]),
                 timings=tuple(kernel.timings) if kernel and source != "memory" else (),
                 dumped=tuple(kernel.dumped) if kernel else (),
                 source=source,
+                background=background,
+                waited_ms=waited_ms,
             )
         )
         return compiled
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        self.ready()
         compiled = self.static
         if compiled is None:
             bindings = interchange.symbol_bindings(self.gm, args)
@@ -140,8 +191,9 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     ``static`` are parameters or buffers.
 
     A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
-    alone (see :mod:`fxmlir.hoist`). Otherwise the supported nodes are
-    grouped into compiled partitions and the rest run eagerly between them, unless
+    alone (see :mod:`fxmlir.hoist`); with ``config.background`` the kernel compiles on the
+    worker thread (see :class:`_Pending`). Otherwise, or when that compile fails, the supported
+    nodes are grouped into compiled partitions and the rest run eagerly between them, unless
     ``config.fallback == "error"``, which raises instead. Outputs that share memory are
     rebuilt as views after each call (see :mod:`fxmlir.aliasing`)."""
     aliases = aliasing.aliases(gm)
@@ -150,31 +202,78 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     strict = config.check_fallback() == "error"
     supported = supported_ops()
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
-    if not partition.unsupported_nodes(gm, supported):
+    # An unknown pipeline name compiles at once, so that its error surfaces here.
+    background = config.background and not strict and pipeline in _fxmlir.pipelines()
+
+    def partitioned() -> Callable:
+        split = partition.partition_and_compile(
+            gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir), strict
+        )
+
+        def run(args: list[Any]) -> Any:
+            return split(*args)
+
+        run._boxed_call = True
+        return run
+
+    if partition.unsupported_nodes(gm, supported):
+        return partitioned()
+    compilers: list[GraphCompiler] = []
+
+    def compile_whole(main: torch.fx.GraphModule) -> GraphCompiler:
+        compiler = GraphCompiler(main, pipeline, dump_dir, cache_dir, background)
+        compilers.append(compiler)
+        return compiler
+
+    try:
+        whole = None
+        if config.hoist and not interchange.is_dynamic(gm):
+            whole = hoist.hoist(gm, static, compile_whole)
+        if whole is None:
+            whole = compile_whole(gm)
+            whole._boxed_call = True
+    except _fxmlir.FxmlirError:
+        if strict:
+            raise
+        return partitioned()
+    if any(c.pending for c in compilers):
+        return _Pending(whole, compilers, partitioned)
+    return whole
+
+
+class _Pending:
+    """A whole graph's callable while its kernel compiles on the worker thread. The first
+    call waits for the compile; if it failed, the graph is compiled in partitions then (as it
+    would have been at compile time) and that runs instead."""
+
+    def __init__(
+        self,
+        whole: Callable[[list[Any]], Any],
+        compilers: list[GraphCompiler],
+        fallback: Callable[[], Callable[[list[Any]], Any]],
+    ):
+        self.whole = whole
+        self.compilers = compilers
+        self.fallback = fallback
+        self.target: Callable[[list[Any]], Any] | None = None
+        self.lock = threading.Lock()
+        # On the instance: wrappers such as ``torch._dynamo.disable`` copy its ``__dict__``.
+        self._boxed_call = True
+
+    def _resolve(self) -> Callable[[list[Any]], Any]:
         try:
-            whole = None
-            if config.hoist and not interchange.is_dynamic(gm):
-                whole = hoist.hoist(
-                    gm,
-                    static,
-                    lambda main: GraphCompiler(main, pipeline, dump_dir, cache_dir),
-                )
-            if whole is None:
-                whole = GraphCompiler(gm, pipeline, dump_dir, cache_dir)
-                whole._boxed_call = True
-            return whole
-        except _fxmlir.FxmlirError:
-            if strict:
-                raise
-    split = partition.partition_and_compile(
-        gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir), strict
-    )
+            for compiler in self.compilers:
+                compiler.ready()
+        except _fxmlir.FxmlirError as e:
+            log.info("%s: compiling in partitions (%s)", self.compilers[0].name, e)
+            return self.fallback()
+        return self.whole
 
-    def run(args: list[Any]) -> Any:
-        return split(*args)
-
-    run._boxed_call = True
-    return run
+    def __call__(self, args: list[Any]) -> Any:
+        with self.lock:
+            if self.target is None:
+                self.target = self._resolve()
+        return self.target(args)
 
 
 def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):

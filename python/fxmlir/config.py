@@ -52,6 +52,15 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_HOIST", "1") != "0"
     )
 
+    #: Compile a whole graph's kernel on a worker thread while Dynamo finishes (guards, the
+    #: frame's bytecode) and the first call starts; the first call waits for it. A compile
+    #: that fails there falls back to partitions as at compile time. Off with
+    #: ``fallback="error"``, whose errors surface at compile time (``FXMLIR_BACKGROUND``;
+    #: ``0`` turns it off).
+    background: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_BACKGROUND", "1") != "0"
+    )
+
     def check_fallback(self) -> str:
         if self.fallback not in ("eager", "error"):
             raise ValueError(

@@ -3,9 +3,11 @@ the outputs with torch, pass data pointers to the kernel (no copies), assemble t
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -144,20 +146,54 @@ def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(
-    plan: Plan, pipeline: str, dump_dir: str | None, cache_dir: str | None
-) -> tuple[CompiledGraph, str]:
-    """Compiles an exported plan (unless it needs no kernel) and wraps it for calling. Returns
-    the graph and where its kernel came from: ``"compiled"``, ``"memory"`` (an identical graph
-    compiled earlier in this process) or ``"disk"`` (the compile cache under ``cache_dir``).
-    Identity ignores the graph's name, node names and source lines; while dumping, nothing is
-    reused, so that every graph's dumps are written."""
+    plan: Plan,
+    pipeline: str,
+    dump_dir: str | None,
+    cache_dir: str | None,
+    threads: int,
+    background: bool = False,
+) -> Callable[[], tuple[CompiledGraph, str]]:
+    """Starts the compile of an exported plan (unless it needs no kernel) whose large loops
+    split into ``threads`` chunks (torch's intra-op thread count). Returns a function giving
+    the graph wrapped for calling and where its kernel came from: ``"compiled"``,
+    ``"memory"`` (an identical graph compiled earlier in this process) or ``"disk"`` (the
+    compile cache under ``cache_dir``). The compile runs before this returns, or with
+    ``background`` on a thread of its own, which that function waits for (and whose error it
+    raises, on every call). Identity ignores the graph's name, node names and source lines;
+    while dumping, nothing is reused, so that every graph's dumps are written."""
     if not plan.document["outputs"]:
-        return CompiledGraph(plan, None), "compiled"
-    # Large loops are split into one chunk per torch intra-op thread.
-    threads = torch.get_num_threads()
+        return lambda: (CompiledGraph(plan, None), "compiled")
     # Compact unless it is dumped: the text is serialised even when the kernel is reused.
     text = plan.to_json(indent=1 if dump_dir else None)
+    if background:
+        job = _fxmlir.compile_in_background(text, pipeline, dump_dir, cache_dir or None, threads)
+        _unfinished.add(job)
+        return functools.partial(_finish, plan, job)
     kernel = _fxmlir.compile(text, pipeline, dump_dir, cache_dir or None, threads)
+    return functools.partial(_wrap, plan, kernel)
+
+
+#: Background compiles not yet waited for: the interpreter waits for them at exit, so that no
+#: compile thread is still inside LLVM while the process tears LLVM down.
+_unfinished: set[Any] = set()
+
+
+@atexit.register
+def _wait_for_compiles() -> None:
+    for job in list(_unfinished):
+        with contextlib.suppress(_fxmlir.FxmlirError):
+            job.wait()
+
+
+def _finish(plan: Plan, job: Any) -> tuple[CompiledGraph, str]:
+    try:
+        kernel = job.wait()
+    finally:
+        _unfinished.discard(job)
+    return _wrap(plan, kernel)
+
+
+def _wrap(plan: Plan, kernel: _fxmlir.Kernel) -> tuple[CompiledGraph, str]:
     for warning in kernel.warnings:
         log.warning("%s", warning)
     total = dict(kernel.timings).get("total", 0.0)

@@ -16,6 +16,11 @@ mod veclib;
 
 pub use abi::{Descriptors, EntryFn};
 
+/// Stack of a thread that compiles (a part of a module, or a whole graph in the background):
+/// MLIR and LLVM recurse over large functions, and a spawned thread's default (2 MiB) is a
+/// quarter of the main thread's.
+pub const COMPILE_STACK: usize = 16 << 20;
+
 use crate::error::{Error, Result};
 use crate::pipeline::Dumps;
 use inkwell::{

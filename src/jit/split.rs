@@ -36,10 +36,6 @@ use std::time::{Duration, Instant};
 /// stay whole.
 const MIN_SPLIT_INSTRUCTIONS: usize = 1000;
 
-/// Stack of a compile thread: LLVM recurses over large functions, and a spawned thread's
-/// default (2 MiB) is a quarter of the main thread's.
-const STACK: usize = 16 << 20;
-
 /// One part's optimised IR (when asked for) and object.
 pub struct Part {
     pub ir: Option<String>,
@@ -89,7 +85,7 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
                 let groups = &groups;
                 std::thread::Builder::new()
                     .name(format!("fxmlir-llvm-{part}"))
-                    .stack_size(STACK)
+                    .stack_size(super::COMPILE_STACK)
                     .spawn_scoped(scope, move || {
                         compile_part(bitcode, groups, part, host, print)
                     })

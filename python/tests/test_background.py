@@ -1,0 +1,86 @@
+"""Background compiles (``config.background``): the backend returns before the kernel is
+compiled, the first call waits for it and records the wait, a compile that fails there falls
+back to partitions, and strict mode still raises at compile time."""
+
+import fxmlir
+import pytest
+import torch
+from fxmlir import backend, partition
+from torch.fx.experimental.proxy_tensor import make_fx
+
+
+def _topk_graph(x: torch.Tensor):
+    """A graph of supported ops whose ``topk`` fails in the lowering (k = 0 of a 0-d tensor:
+    fxmlir refuses it, eager returns the element), beside ``exp`` and ``add`` it compiles."""
+
+    def fn(a):
+        values, indices = torch.ops.aten.topk.default(a, 0)
+        return torch.ops.aten.add.Tensor(torch.ops.aten.exp.default(a), 1.0), values, indices
+
+    return fn, make_fx(fn, tracing_mode="fake")(x)
+
+
+def test_first_call_waits_for_the_kernel_and_records_the_wait():
+    def fn(a, b):
+        return torch.tanh(a @ b) * 3.0
+
+    a, b = torch.randn(37, 19), torch.randn(19, 23)
+    gm = make_fx(fn, tracing_mode="fake")(a, b)
+    start = len(backend.history)
+    with fxmlir.config.patch(background=True, cache_dir=None):
+        compiled = fxmlir.compile_graph(gm, [a, b])
+    # The kernel is recorded when the first call has it, not when the backend returns.
+    assert len(backend.history) == start
+    (out,) = compiled([a, b])
+    torch.testing.assert_close(out, fn(a, b), rtol=1e-5, atol=1e-5)
+    (record,) = list(backend.history)[start:]
+    assert record.source == "compiled" and record.waited_ms >= 0.0
+    assert dict(record.timings)["total"] > 0.0
+    # Later calls run the kernel without compiling or recording again.
+    torch.testing.assert_close(compiled([2 * a, b])[0], fn(2 * a, b), rtol=1e-5, atol=1e-5)
+    assert len(backend.history) == start + 1
+
+
+def test_without_background_the_kernel_exists_when_the_backend_returns():
+    a = torch.randn(41)
+    gm = make_fx(lambda a: torch.sin(a) + 2.0, tracing_mode="fake")(a)
+    start = len(backend.history)
+    with fxmlir.config.patch(background=False, cache_dir=None):
+        compiled = fxmlir.compile_graph(gm, [a])
+    (record,) = list(backend.history)[start:]
+    assert record.waited_ms == 0.0
+    torch.testing.assert_close(compiled([a])[0], torch.sin(a) + 2.0)
+
+
+def test_a_failed_background_compile_falls_back_to_partitions_at_the_first_call():
+    x = torch.tensor(0.5)
+    fn, gm = _topk_graph(x)
+    fallbacks = len(partition.fallbacks)
+    with fxmlir.config.patch(background=True):
+        compiled = fxmlir.compile_graph(gm, [x])
+        out = compiled([x])
+    for got, want in zip(out, fn(x), strict=True):
+        torch.testing.assert_close(got, want)
+    (fallback,) = list(partition.fallbacks)[fallbacks:]
+    assert fallback.op == "aten.topk.default"
+    assert "topk with k = 0 of a 0-d tensor is not supported" in fallback.reason
+
+
+def test_strict_mode_raises_at_compile_time():
+    x = torch.tensor(0.5)
+    _, gm = _topk_graph(x)
+    with fxmlir.config.patch(background=True, fallback="error"):
+        with pytest.raises(fxmlir.LoweringError, match="`topk`.*k = 0 of a 0-d tensor"):
+            fxmlir.compile_graph(gm, [x])
+
+
+def test_background_compiles_through_torch_compile_match_eager():
+    model = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
+    x = torch.randn(5, 24)
+    start = len(backend.history)
+    with torch.no_grad(), fxmlir.config.patch(background=True):
+        compiled = torch.compile(model, backend="fxmlir")
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled(x + 1), model(x + 1), rtol=1e-5, atol=1e-5)
+    # One graph, compiled (or reused) once: the second call did not compile again.
+    assert len(backend.history) == start + 1
