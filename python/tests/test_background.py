@@ -84,3 +84,17 @@ def test_background_compiles_through_torch_compile_match_eager():
         torch.testing.assert_close(compiled(x + 1), model(x + 1), rtol=1e-5, atol=1e-5)
     # One graph, compiled (or reused) once: the second call did not compile again.
     assert len(backend.history) == start + 1
+
+
+def test_background_compiles_run_side_by_side():
+    """Two graphs compiling at once (as the forward and backward graphs of a training step
+    do), each on its own thread, give their own kernels."""
+    a = torch.randn(29, 31)
+    graphs = {
+        "exp": make_fx(lambda a: torch.exp(a) - 1.0, tracing_mode="fake")(a),
+        "mm": make_fx(lambda a: torch.relu(a @ a.t()), tracing_mode="fake")(a),
+    }
+    with fxmlir.config.patch(background=True, cache_dir=None):
+        compiled = {name: fxmlir.compile_graph(gm, [a]) for name, gm in graphs.items()}
+    torch.testing.assert_close(compiled["mm"]([a])[0], torch.relu(a @ a.t()), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled["exp"]([a])[0], torch.exp(a) - 1.0)
