@@ -1,10 +1,11 @@
 //! Parallel optimisation and code generation. A module's functions are independent units (the
 //! entry point with the graph function inlined, one function per outlined computation and one
 //! outlined OpenMP region per parallel op, reached only through `__kmpc_fork_call`), so a large
-//! module is cut into parts balanced by instruction count. Each part is the whole module parsed
-//! from bitcode into a context of its own (LLVM contexts are not thread-safe) with the other
-//! parts' functions turned into declarations; it is optimised and compiled to an object on a
-//! thread of its own, and the objects link together in the kernel's JIT.
+//! module is cut into parts balanced by instruction count. The first part is the module itself,
+//! on the calling thread; each other part is the whole module parsed from bitcode into a
+//! context of its own (LLVM contexts are not thread-safe) on a thread of its own. In each, the
+//! other parts' functions are turned into declarations; it is optimised and compiled to an
+//! object, and the objects link together in the kernel's JIT.
 
 use super::{Host, target_machine};
 use crate::error::{Error, Result};
@@ -51,7 +52,9 @@ pub struct Output {
 
 /// Optimises `llvm` (O2 for the host) and emits its objects:
 /// one part for a small module or a single-core host, else one part per core (at most one per
-/// function), compiled in parallel. `print` keeps each part's optimised IR.
+/// function), compiled in parallel. `llvm` itself becomes the first part (optimised in place on
+/// this thread, its other parts' functions reduced to declarations), so only the other parts
+/// are read back from bitcode. `print` keeps each part's optimised IR.
 pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
     let sizes = function_sizes(llvm);
     let total: usize = sizes.iter().map(|(_, n)| n).sum();
@@ -80,26 +83,33 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
     let bitcode = llvm.write_bitcode_to_memory();
     let bitcode = bitcode.as_slice();
     let results = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..parts)
+        let workers: Vec<_> = (1..parts)
             .map(|part| {
                 let groups = &groups;
                 std::thread::Builder::new()
                     .name(format!("fxmlir-llvm-{part}"))
                     .stack_size(super::COMPILE_STACK)
                     .spawn_scoped(scope, move || {
-                        compile_part(bitcode, groups, part, host, print)
+                        let ctx = LlvmContext::create();
+                        let buffer =
+                            MemoryBuffer::create_from_memory_range_copy(bitcode, "fxmlir-part");
+                        let llvm =
+                            LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx).map_err(|e| {
+                                Error::Llvm(format!("cannot read a module part back: {e}"))
+                            })?;
+                        compile_part(&llvm, &groups, part, host, print)
                     })
             })
             .collect();
+        let first = compile_part(llvm, &groups, 0, host, print);
         // Every started thread is joined before any failure is returned.
-        let joined: Vec<Result<_>> = workers
-            .into_iter()
-            .map(|spawned| {
+        let joined: Vec<Result<_>> = std::iter::once(first)
+            .chain(workers.into_iter().map(|spawned| {
                 spawned
                     .map_err(|e| Error::Llvm(format!("cannot start a compile thread: {e}")))?
                     .join()
                     .map_err(|_| Error::Llvm("a compile thread panicked".to_string()))?
-            })
+            }))
             .collect();
         joined.into_iter().collect::<Result<Vec<_>>>()
     })?;
@@ -173,19 +183,16 @@ fn select_entry_fast(llvm: &LlvmModule<'_>) {
     }
 }
 
-/// Part `part` of the module in `bitcode`: parsed into a fresh context, the functions of other
-/// parts reduced to declarations and mutable globals defined in part 0 only, then compiled.
+/// Part `part` of the whole module `llvm` (the original or a copy of its own): the functions
+/// of other parts reduced to declarations and mutable globals defined in part 0 only, then
+/// compiled.
 fn compile_part(
-    bitcode: &[u8],
+    llvm: &LlvmModule<'_>,
     groups: &HashMap<String, usize>,
     part: usize,
     host: &Host,
     print: bool,
 ) -> Result<(Part, Instant)> {
-    let ctx = LlvmContext::create();
-    let buffer = MemoryBuffer::create_from_memory_range_copy(bitcode, "fxmlir-part");
-    let llvm = LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx)
-        .map_err(|e| Error::Llvm(format!("cannot read a module part back: {e}")))?;
     let others: Vec<_> = llvm
         .get_functions()
         .filter(|f| {
@@ -398,11 +405,10 @@ define void @main() {
         let buffer = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "test");
         let llvm = ctx.create_module_from_ir(buffer).unwrap();
         expose_internals(&llvm);
-        let bitcode = llvm.write_bitcode_to_memory();
         let groups: HashMap<String, usize> =
             [("work".to_string(), 0), ("main".to_string(), 1)].into();
         let host = super::super::host().unwrap();
-        let (part, _) = compile_part(bitcode.as_slice(), &groups, 1, host, true).unwrap();
+        let (part, _) = compile_part(&llvm, &groups, 1, host, true).unwrap();
         let ir = part.ir.unwrap();
         assert!(ir.contains("declare void @work()"), "{ir}");
         assert!(ir.contains("@counter = external "), "{ir}");
