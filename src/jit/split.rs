@@ -97,7 +97,7 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
                             LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx).map_err(|e| {
                                 Error::Llvm(format!("cannot read a module part back: {e}"))
                             })?;
-                        compile_part(&llvm, &groups, part, host, print)
+                        compile_part(&llvm, groups, part, host, print)
                     })
             })
             .collect();
@@ -224,7 +224,7 @@ fn compile_part(
         }
     }
     let start = Instant::now();
-    let (compiled, optimised) = optimise_and_emit(&llvm, host, print)?;
+    let (compiled, optimised) = optimise_and_emit(llvm, host, print)?;
     tracing::debug!(
         part,
         optimise_ms = optimised.duration_since(start).as_secs_f64() * 1e3,
