@@ -169,7 +169,7 @@ def compile_document(text: str) -> Any:
     no dumps and no disk cache."""
     from fxmlir import _fxmlir
 
-    return _fxmlir.compile(text, "default", None, None, torch.get_num_threads())
+    return _fxmlir.compile(text, "default", None, None, torch.get_num_threads()).wait()
 
 
 def error_text(e: BaseException) -> str:

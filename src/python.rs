@@ -189,21 +189,6 @@ unsafe extern "C" fn drop_unused_capsule(capsule: *mut pyo3::ffi::PyObject) {
     }
 }
 
-/// The compile options of `compile`'s arguments.
-fn options(
-    pipeline: &str,
-    dump_dir: Option<PathBuf>,
-    cache_dir: Option<PathBuf>,
-    threads: usize,
-) -> Options {
-    Options {
-        pipeline: pipeline.to_string(),
-        dump_dir,
-        cache_dir,
-        threads,
-    }
-}
-
 /// The kernel of an interchange document (JSON text) compiled with `options`.
 fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
     guard(|| {
@@ -213,9 +198,14 @@ fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
 }
 
 /// Compiles an interchange document (JSON text), or reuses the kernel of an identical graph
-/// from this process or from the compile cache under `cache_dir`.
+/// from this process or from the compile cache under `cache_dir`: on the calling thread, its
+/// errors raised here, or with `background` on a thread of its own that never takes the GIL
+/// (so it starts at once, however busy Python's own threads keep the GIL), its errors raised
+/// by `wait`. `Compilation.wait` gives the kernel.
 #[pyfunction]
-#[pyo3(signature = (json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1))]
+#[pyo3(signature = (
+    json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1, background = false
+))]
 fn compile(
     py: Python<'_>,
     json: String,
@@ -223,45 +213,43 @@ fn compile(
     dump_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
     threads: usize,
-) -> PyResult<Kernel> {
-    let options = options(pipeline, dump_dir, cache_dir, threads);
-    let compiled = py.detach(|| compile_document(&json, &options))?;
-    Ok(Kernel { compiled })
-}
-
-/// `compile` on a thread of its own, which never takes the GIL: it starts at once, however
-/// busy Python's own threads keep the GIL. `Compiling.wait` gives the kernel.
-#[pyfunction]
-#[pyo3(signature = (json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1))]
-fn compile_in_background(
-    json: String,
-    pipeline: &str,
-    dump_dir: Option<PathBuf>,
-    cache_dir: Option<PathBuf>,
-    threads: usize,
-) -> PyResult<Compiling> {
-    let options = options(pipeline, dump_dir, cache_dir, threads);
+    background: bool,
+) -> PyResult<Compilation> {
+    let options = Options {
+        pipeline: pipeline.to_string(),
+        dump_dir,
+        cache_dir,
+        threads,
+    };
+    if !background {
+        let compiled = py.detach(|| compile_document(&json, &options))?;
+        return Ok(Compilation {
+            thread: Mutex::new(None),
+            outcome: OnceLock::from(Py::new(py, Kernel { compiled })),
+        });
+    }
     let thread = std::thread::Builder::new()
         .name("fxmlir-compile".into())
         .stack_size(crate::jit::COMPILE_STACK)
         .spawn(move || compile_document(&json, &options))
         .map_err(|e| CompileError::new_err(format!("cannot start a compile thread: {e}")))?;
-    Ok(Compiling {
+    Ok(Compilation {
         thread: Mutex::new(Some(thread)),
         outcome: OnceLock::new(),
     })
 }
 
-/// A compile running on a thread of its own (`compile_in_background`).
+/// A compile (`compile`): finished, or running on a thread of its own.
 #[pyclass(module = "fxmlir._fxmlir", frozen)]
-struct Compiling {
-    /// Taken by the first `wait`, which joins it and sets `outcome`.
+struct Compilation {
+    /// A background compile's thread, taken by the first `wait`, which joins it and sets
+    /// `outcome`.
     thread: Mutex<Option<JoinHandle<PyResult<CompiledGraph>>>>,
     outcome: OnceLock<PyResult<Py<Kernel>>>,
 }
 
 #[pymethods]
-impl Compiling {
+impl Compilation {
     /// The kernel once the compile has finished, waited for without the GIL; or the compile's
     /// exception, raised again by every later call.
     fn wait(&self, py: Python<'_>) -> PyResult<Py<Kernel>> {
@@ -331,9 +319,8 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("INTERCHANGE_VERSION", crate::graph::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Kernel>()?;
-    m.add_class::<Compiling>()?;
+    m.add_class::<Compilation>()?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
-    m.add_function(wrap_pyfunction!(compile_in_background, m)?)?;
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;

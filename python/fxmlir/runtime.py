@@ -165,12 +165,11 @@ def build(
         return lambda: (CompiledGraph(plan, None), "compiled")
     # Compact unless it is dumped: the text is serialised even when the kernel is reused.
     text = plan.to_json(indent=1 if dump_dir else None)
-    if background:
-        job = _fxmlir.compile_in_background(text, pipeline, dump_dir, cache_dir or None, threads)
-        _unfinished.add(job)
-        return functools.partial(_finish, plan, job)
-    kernel = _fxmlir.compile(text, pipeline, dump_dir, cache_dir or None, threads)
-    return functools.partial(_wrap, plan, kernel)
+    job = _fxmlir.compile(text, pipeline, dump_dir, cache_dir or None, threads, background)
+    if not background:
+        return functools.partial(_wrap, plan, job.wait())
+    _unfinished.add(job)
+    return functools.partial(_finish, plan, job)
 
 
 #: Background compiles not yet waited for: the interpreter waits for them at exit, so that no

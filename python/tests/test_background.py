@@ -98,3 +98,12 @@ def test_background_compiles_run_side_by_side():
         compiled = {name: fxmlir.compile_graph(gm, [a]) for name, gm in graphs.items()}
     torch.testing.assert_close(compiled["mm"]([a])[0], torch.relu(a @ a.t()), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(compiled["exp"]([a])[0], torch.exp(a) - 1.0)
+
+
+def test_a_background_compile_raises_its_error_on_every_wait():
+    from fxmlir import _fxmlir
+
+    job = _fxmlir.compile("{ not json", background=True)
+    for _ in range(2):
+        with pytest.raises(fxmlir.GraphError):
+            job.wait()
