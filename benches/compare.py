@@ -68,7 +68,7 @@ def first_call(
         result["check"] = measure.check(out, expected)
         if backend == "fxmlir":
             result["compile"] = fxmlir_compiles(since)
-            # A kernel compiled on the backend's worker thread, beside Dynamo, is backend time
+            # A kernel compiled on a thread of its own, beside Dynamo, is backend time
             # too: the first call hides some of it, the compile bar counts all of it.
             result["backend_compile_ms"] += result["compile"]["background_ms"]
     except Exception as e:  # a failing backend is reported, not fatal

@@ -95,7 +95,7 @@ def first_call(row: dict[str, Any], backend: str) -> float | None:
 
 def backend_compile(row: dict[str, Any], backend: str) -> float | None:
     """The backend's time on the first call: the ATen graph's capture and the compile (for
-    fxmlir, all of it, including what ran on its worker thread beside Dynamo)."""
+    fxmlir, all of it, including what ran on a thread of its own beside Dynamo)."""
     result = row.get(backend) or {}
     return result.get("backend_compile_ms") if ok(result) else None
 
@@ -351,9 +351,9 @@ def model_table(results: dict[str, Any]) -> list[str]:
     notes = [
         "Backend ms: the backend's work on the first call: the ATen graph's capture (by "
         "aot_autograd or fxmlir's own trace) and the compiler; Dynamo's own tracing and guards "
-        "are the rest. fxmlir compile ms: fxmlir's own stages, within it. They run on a worker "
-        "thread while Dynamo finishes (`config.background`); the backend time counts all of "
-        "them, the first call only the part it waited for (waited ms).",
+        "are the rest. fxmlir compile ms: fxmlir's own stages, within it. They run on a thread "
+        "of their own while Dynamo finishes (`config.background`); the backend time counts "
+        "all of them, the first call only the part it waited for (waited ms).",
         "",
         f"A time followed by (min …) spread widely: the middle half of its calls covers more "
         f"than {NOISY_IQR:.0%} of the median.",

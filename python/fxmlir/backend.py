@@ -45,7 +45,7 @@ class CompileRecord:
     #: earlier in this process) or ``"disk"`` (the compile cache, ``config.cache_dir``).
     source: str = "compiled"
 
-    #: Whether the kernel compiled on the worker thread (``config.background``) while Dynamo
+    #: Whether the kernel compiled on a thread of its own (``config.background``) while Dynamo
     #: went on, and how long the first call then waited for it, in ms.
     background: bool = False
     waited_ms: float = 0.0
@@ -191,8 +191,8 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     ``static`` are parameters or buffers.
 
     A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
-    alone (see :mod:`fxmlir.hoist`); with ``config.background`` the kernel compiles on the
-    worker thread (see :class:`_Pending`). Otherwise, or when that compile fails, the supported
+    alone (see :mod:`fxmlir.hoist`); with ``config.background`` the kernel compiles on a
+    thread of its own (see :class:`_Pending`). Otherwise, or when that compile fails, the supported
     nodes are grouped into compiled partitions and the rest run eagerly between them, unless
     ``config.fallback == "error"``, which raises instead. Outputs that share memory are
     rebuilt as views after each call (see :mod:`fxmlir.aliasing`)."""
@@ -242,7 +242,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
 
 
 class _Pending:
-    """A whole graph's callable while its kernel compiles on the worker thread. The first
+    """A whole graph's callable while its kernel compiles on a thread of its own. The first
     call waits for the compile; if it failed, the graph is compiled in partitions then (as it
     would have been at compile time) and that runs instead."""
 

@@ -52,7 +52,7 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_HOIST", "1") != "0"
     )
 
-    #: Compile a whole graph's kernel on a worker thread while Dynamo finishes (guards, the
+    #: Compile a whole graph's kernel on a thread of its own while Dynamo finishes (guards, the
     #: frame's bytecode) and the first call starts; the first call waits for it. A compile
     #: that fails there falls back to partitions as at compile time. Off with
     #: ``fallback="error"``, whose errors surface at compile time (``FXMLIR_BACKGROUND``;
