@@ -103,7 +103,7 @@ unsafe extern "C" {
     fn llvm_errors() -> *mut c_void;
 }
 
-/// Parses [`DEFAULT_OPTIONS`], then `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt`
+/// Parses `DEFAULT_OPTIONS`, then `FXMLIR_LLVM_ARGS` (whitespace-separated, as `llc`/`opt`
 /// take them, e.g. `-unroll-threshold=100` or `-debug-pass-manager`), once per process, before
 /// the first context or compile. A flag LLVM rejects fails this and every later call: LLVM
 /// names it on standard error, the error names the variable.

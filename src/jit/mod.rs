@@ -2,8 +2,8 @@
 //! straight into an inkwell context (one LLVM serves melior and inkwell), every function gets the
 //! host's `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the host and
 //! the target machine emits relocatable objects (one per part of a large module, compiled in
-//! parallel by [`split`]): the artefacts the compile cache stores. [`load`] links a kernel's
-//! objects into an ORC LLJIT of its own, resolving external symbols through [`abi::resolve`],
+//! parallel by `jit::split`): the artefacts the compile cache stores. [`load`] links a kernel's
+//! objects into an ORC LLJIT of its own, resolving external symbols through `abi::resolve`,
 //! which ORC asks before its own search of the process.
 
 mod abi;
@@ -253,7 +253,7 @@ fn joined_ir(parts: &[split::Part]) -> String {
 
 /// Links the objects of a kernel from [`compile`] (or the compile cache) into a fresh LLJIT,
 /// all in its one JITDylib so that calls between parts link, and finds the entry point.
-/// External symbols resolve through [`abi::resolve`]; an object that does not parse, or
+/// External symbols resolve through `abi::resolve`; an object that does not parse, or
 /// references a symbol it cannot resolve, is an error, never a crash.
 pub fn load<O: AsRef<[u8]>>(objects: &[O]) -> Result<Kernel> {
     host()?;

@@ -6,7 +6,7 @@
 //! `llvm.loop.unroll.full`, which O2 honours with unrolling off, through the `scf.for`'s
 //! `loop_annotation` (carried to the loop's back edge by `convert-scf-to-cf`).
 //!
-//! A window loop: an `scf.for` with constant bounds and at most [`MAX_TRIP`] iterations whose
+//! A window loop: an `scf.for` with constant bounds and at most `MAX_TRIP` iterations whose
 //! induction variable an `affine.apply` combines with an enclosing loop's (`oh * stride + kh`),
 //! as `convert-linalg-to-loops` indexes a window.
 

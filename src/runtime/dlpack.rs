@@ -1,4 +1,4 @@
-//! Large outputs in blocks of fxmlir's allocator ([`crate::jit::alloc`]), handed to PyTorch
+//! Large outputs in blocks of fxmlir's allocator (`jit::alloc`), handed to PyTorch
 //! as DLPack tensors whose deleter gives the block back.
 //!
 //! An out-of-place op writes a fresh output on every call. PyTorch's CPU allocator takes large
