@@ -77,3 +77,4 @@ lint:
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
 	cargo clippy --release --all-targets --features python -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -q
