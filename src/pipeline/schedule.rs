@@ -22,7 +22,7 @@ use melior::{
     Context,
     ir::{
         Attribute, Module, RegionLike, Value, ValueLike,
-        attribute::IntegerAttribute,
+        attribute::{IntegerAttribute, StringAttribute},
         block::BlockLike,
         operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult},
         r#type::{DimSize, IntegerType, RankedTensorType, ShapedTypeLike},
@@ -965,10 +965,14 @@ fn emit_vectorize(
     )
 }
 
-/// The whole schedule as a module holding `@__transform_main`.
-fn emit(planned: &[Planned]) -> Result<String> {
+/// The whole schedule as a module holding `@__transform_main`, for the planned contractions
+/// but those `merged` into an identical one's function.
+fn emit(planned: &[Planned], merged: &[i64]) -> Result<String> {
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {
+        if merged.contains(&(id as i64)) {
+            continue;
+        }
         emit_one(&mut body, id, p).map_err(|_| Error::PassPipeline {
             pipeline: "schedule".to_string(),
             message: "cannot format the transform schedule".to_string(),
@@ -1033,9 +1037,92 @@ pub fn attach_for(
     }
     tag(module, &tags);
     let moved = isolate(context, module, &planned)?;
-    tracing::debug!(moved, "contractions moved into functions of their own");
-    append_script(context, module, &emit(&planned)?, "schedule")?;
-    Ok(planned.len())
+    let merged = merge_identical(context, module, &planned)?;
+    tracing::debug!(
+        moved,
+        merged = merged.len(),
+        "contractions moved into functions of their own, identical ones merged"
+    );
+    append_script(context, module, &emit(&planned, &merged)?, "schedule")?;
+    Ok(planned.len() - merged.len())
+}
+
+/// Merges the isolated contractions' functions that are identical but for their tags and
+/// whose scripts are the same (a model's repeated layers: BERT's 16 become 6), so that each
+/// is scheduled once; the calls of a merged one call the one kept. Returns the planned ids
+/// whose functions were merged away.
+fn merge_identical(
+    context: &Context,
+    module: &mut Module,
+    planned: &[Planned],
+) -> Result<Vec<i64>> {
+    // Equal tags for equal scripts (the plan also depends on the product's surroundings, which
+    // the function does not show), so only those can merge: each script rendered as the
+    // first contraction's.
+    let keys = planned
+        .iter()
+        .map(|p| {
+            let mut script = String::new();
+            emit_one(&mut script, 0, p).map(|()| script)
+        })
+        .collect::<std::result::Result<Vec<String>, _>>()
+        .map_err(|_| Error::stage("schedule", "cannot format the transform schedule"))?;
+    let class = |id: i64| {
+        let key = usize::try_from(id).ok().and_then(|i| keys.get(i));
+        keys.iter()
+            .position(|k| Some(k) == key)
+            .map_or(id, |c| c as i64)
+    };
+    let before = retag(module, class);
+    if before.len() < 2 {
+        retag(module, |id| id);
+        return Ok(Vec::new());
+    }
+    super::run_pipeline_text(
+        context,
+        module,
+        "builtin.module(duplicate-function-elimination)",
+    )
+    .map_err(|e| e.in_stage("schedule"))?;
+    let after = retag(module, |id| id);
+    Ok(before
+        .into_iter()
+        .filter(|id| !after.contains(id))
+        .collect())
+}
+
+/// Sets the tags inside each isolated contraction's function (`…_contraction{id}`) to
+/// `value(id)`; returns the ids of those functions.
+fn retag(module: &mut Module, value: impl Fn(i64) -> i64) -> Vec<i64> {
+    let mut ids = Vec::new();
+    let mut next = module.body().first_operation_mut();
+    while let Some(mut function) = next {
+        next = function.next_in_block_mut();
+        let Some(id) = function
+            .attribute("sym_name")
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .and_then(|name| name.value().rsplit_once("_contraction")?.1.parse().ok())
+        else {
+            continue;
+        };
+        ids.push(id);
+        let tag_value = value(id);
+        function.walk_mut(WalkOrder::PreOrder, |mut op| {
+            let context = op.context();
+            // SAFETY: the context owns the module being walked, so it outlives this closure.
+            let context = unsafe { context.to_ref() };
+            for tag in [CONTRACTION_TAG, EPILOGUE_TAG] {
+                if op.has_attribute(tag) {
+                    let i64_type = IntegerType::new(context, 64).into();
+                    let attribute = IntegerAttribute::new(i64_type, tag_value).into();
+                    op.set_discardable_attribute(tag, attribute);
+                }
+            }
+            WalkResult::Advance
+        });
+    }
+    ids
 }
 
 /// Ops cloned into an isolated contraction's function rather than passed to it: constants and
