@@ -1027,7 +1027,7 @@ pub fn attach_for(
         folded,
         "elementwise ops folded into the chains after products"
     );
-    let planned = plan(module, target, threads as i64);
+    let mut planned = plan(module, target, threads as i64);
     let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
     for (id, p) in planned.iter().enumerate() {
         tags.insert(p.op, (CONTRACTION_TAG, id as i64));
@@ -1037,9 +1037,14 @@ pub fn attach_for(
     }
     tag(module, &tags);
     let moved = isolate(context, module, &planned)?;
+    // In a function of its own, a product's operands are arguments: `fuse` can pull in only
+    // its fill.
+    for &id in &moved {
+        planned[id].only_fill_fusable = true;
+    }
     let merged = merge_identical(context, module, &planned)?;
     tracing::debug!(
-        moved,
+        moved = moved.len(),
         merged = merged.len(),
         "contractions moved into functions of their own, identical ones merged"
     );
@@ -1137,10 +1142,10 @@ const ISOLATE_CLONED: &[&str] = &["arith.constant", "ub.poison", "tensor.empty"]
 /// function that was 70% of the stage; in a function of three ops it is nothing. Only the
 /// contractions whose schedule fuses that way move (the others, with the inlining, would cost
 /// more than they save), and of those not one whose fill has other users or whose ops other
-/// ops use before the last of them. Returns how many it moved.
-fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<usize> {
+/// ops use before the last of them. Returns the ids of those it moved.
+fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Vec<usize>> {
     let attributes = outline::private_attributes(context, &[])?;
-    let mut count = 0;
+    let mut moved = Vec::new();
     for (function, name, block) in outline::public_functions(module)? {
         let mut ops = HashMap::new();
         let mut next = block.first_operation();
@@ -1181,11 +1186,11 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<us
             if outline::outline_group(context, &module.body(), function, block, &group, &callee)
                 .map_err(|e| e.in_stage("schedule"))?
             {
-                count += 1;
+                moved.push(id);
             }
         }
     }
-    Ok(count)
+    Ok(moved)
 }
 
 /// Parses a generated transform script (a module holding `@__transform_main`) and appends its
