@@ -1096,18 +1096,23 @@ fn merge_identical(
         .collect())
 }
 
-/// Sets the tags inside each isolated contraction's function (`…_contraction{id}`) to
-/// `value(id)`; returns the ids of those functions.
+/// Sets the tags inside each isolated contraction's function (private, `…_contraction{id}`)
+/// to `value(id)`; returns the ids of those functions.
 fn retag(module: &mut Module, value: impl Fn(i64) -> i64) -> Vec<i64> {
     let mut ids = Vec::new();
     let mut next = module.body().first_operation_mut();
     while let Some(mut function) = next {
         next = function.next_in_block_mut();
-        let Some(id) = function
-            .attribute("sym_name")
-            .ok()
-            .and_then(|a| StringAttribute::try_from(a).ok())
-            .and_then(|name| name.value().rsplit_once("_contraction")?.1.parse().ok())
+        let text = |name: &str| {
+            function
+                .attribute(name)
+                .ok()
+                .and_then(|a| StringAttribute::try_from(a).ok())
+                .map(|a| a.value().to_string())
+        };
+        let Some(id) = text("sym_name")
+            .filter(|_| text("sym_visibility").as_deref() == Some("private"))
+            .and_then(|name| name.rsplit_once("_contraction")?.1.parse().ok())
         else {
             continue;
         };
