@@ -228,6 +228,8 @@ fn compile(
             outcome: OnceLock::from(Py::new(py, Kernel { compiled })),
         });
     }
+    // A pipeline name the compile would reject fails here, not at `wait`.
+    crate::pipeline::named(pipeline).map_err(to_py)?;
     let thread = std::thread::Builder::new()
         .name("fxmlir-compile".into())
         .stack_size(crate::jit::COMPILE_STACK)

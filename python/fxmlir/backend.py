@@ -167,7 +167,8 @@ class GraphCompiler:
         return compiled
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        self.ready()
+        if self.pending is not None:
+            self.ready()
         compiled = self.static
         if compiled is None:
             bindings = interchange.symbol_bindings(self.gm, args)
@@ -202,8 +203,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     strict = config.check_fallback() == "error"
     supported = supported_ops()
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
-    # An unknown pipeline name compiles at once, so that its error surfaces here.
-    background = config.background and not strict and pipeline in _fxmlir.pipelines()
+    background = config.background and not strict
 
     def partitioned() -> Callable:
         split = partition.partition_and_compile(
@@ -270,10 +270,13 @@ class _Pending:
         return self.whole
 
     def __call__(self, args: list[Any]) -> Any:
-        with self.lock:
-            if self.target is None:
-                self.target = self._resolve()
-        return self.target(args)
+        target = self.target
+        if target is None:
+            with self.lock:
+                if self.target is None:
+                    self.target = self._resolve()
+                target = self.target
+        return target(args)
 
 
 def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):

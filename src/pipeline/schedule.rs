@@ -1072,11 +1072,15 @@ fn merge_identical(
         })
         .collect::<std::result::Result<Vec<String>, _>>()
         .map_err(|_| Error::stage("schedule", "cannot format the transform schedule"))?;
+    let classes: Vec<i64> = keys
+        .iter()
+        .map(|key| keys.iter().position(|k| k == key).map_or(0, |c| c as i64))
+        .collect();
     let class = |id: i64| {
-        let key = usize::try_from(id).ok().and_then(|i| keys.get(i));
-        keys.iter()
-            .position(|k| Some(k) == key)
-            .map_or(id, |c| c as i64)
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| classes.get(i).copied())
+            .unwrap_or(id)
     };
     let before = retag(module, class);
     if before.len() < 2 {
