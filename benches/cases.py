@@ -178,6 +178,13 @@ def all_cases() -> dict[str, Case]:
             extra=True,
         ),
         Case(
+            "llama",
+            "model",
+            _real_model("Llama"),
+            "transformers Llama 2 layers d=128, grouped-query attention, 2x32 ids",
+            extra=True,
+        ),
+        Case(
             "bert_base",
             "model",
             _bert_base,

@@ -84,9 +84,26 @@ def bert_model(hidden: int, heads: int, intermediate: int, positions: int) -> nn
     return LastHiddenState(transformers.BertModel(config), "last_hidden_state")
 
 
+def llama_model() -> nn.Module:
+    """transformers' Llama, two layers d=128 with grouped-query attention (4 query heads share
+    2 key and value heads), rotary embeddings and RMSNorm, random weights, returning logits."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        max_position_embeddings=128,
+    )
+    return LastHiddenState(transformers.LlamaForCausalLM(config), "logits")
+
+
 def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
-    """torchvision's resnet18 and mobilenet_v3_small, transformers' BERT and GPT-2 (small
-    configs), all with random weights."""
+    """torchvision's resnet18 and mobilenet_v3_small, transformers' BERT, GPT-2 and Llama
+    (small configs), all with random weights."""
     import warnings
 
     import torchvision
@@ -107,6 +124,7 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
         ("torchvision mobilenet_v3_small", torchvision.models.mobilenet_v3_small(), image),
         ("transformers BERT (2 layers, d=128)", bert, ids),
         ("transformers GPT-2 (2 layers, d=128)", gpt2, ids),
+        ("transformers Llama (2 layers, d=128, grouped-query attention)", llama_model(), ids),
     ]
 
 

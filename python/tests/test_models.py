@@ -1,10 +1,11 @@
 """Real models with random weights (nothing downloaded) against eager: torchvision's resnet18
-and mobilenet_v3_small, and transformers' BERT and GPT-2 from small configs. Each must match
-eager (atol = rtol = 1e-3) with no core ATen op falling back to eager."""
+and mobilenet_v3_small, and transformers' BERT, GPT-2 and Llama (grouped-query attention) from
+small configs. Each must match eager (atol = rtol = 1e-3) with no op falling back to eager."""
 
 import warnings
 
 import fxmlir
+import fxmlir.demo
 import pytest
 import torch
 
@@ -12,17 +13,6 @@ torchvision = pytest.importorskip("torchvision", reason="make setup installs tor
 transformers = pytest.importorskip("transformers", reason="make setup installs transformers")
 
 TOL = 1e-3
-
-
-def core_fallbacks(report: fxmlir.ExplainReport) -> dict[str, int]:
-    """Eager ops that are tagged core and not random."""
-    out = {}
-    for op, count in report.fallback_counts.items():
-        _, name, overload = op.split(".")
-        tags = getattr(getattr(torch.ops.aten, name), overload).tags
-        if torch.Tag.core in tags and torch.Tag.nondeterministic_seeded not in tags:
-            out[op] = count
-    return out
 
 
 def vision(name):
@@ -55,20 +45,27 @@ def gpt2():
     return (lambda ids: model(ids).logits), torch.randint(0, 1000, (2, 16))
 
 
+def llama():
+    torch.manual_seed(0)
+    model = fxmlir.demo.llama_model().eval()
+    return model, torch.randint(0, 1000, (2, 16))
+
+
 MODELS = {
     "resnet18": lambda: vision("resnet18"),
     "mobilenet_v3_small": lambda: vision("mobilenet_v3_small"),
     "bert": bert,
     "gpt2": gpt2,
+    "llama": llama,
 }
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_model_matches_eager_without_core_fallback(name):
+def test_model_matches_eager_without_fallback(name):
     model, x = MODELS[name]()
     with torch.no_grad():
         expected = model(x)
         report = fxmlir.explain(model, x)
     torch.testing.assert_close(report.output, expected, atol=TOL, rtol=TOL)
     assert report.graphs
-    assert core_fallbacks(report) == {}, str(report)
+    assert report.fallback_counts == {}, str(report)

@@ -1026,7 +1026,13 @@ def attention_samples(dt):
                 op(q, k, v, is_causal=True),
                 op(q, k, v, scale=0.3),
             ),
-        )
+        ),
+        # Grouped-query attention: query heads 2h and 2h+1 share key and value head h.
+        S(
+            "grouped",
+            [mk([2, 4, 5, 8], dt, -2, 2), mk([2, 2, 7, 8], dt, -2, 2), mk([2, 2, 7, 8], dt, -2, 2)],
+            lambda op, q, k, v: (op(q, k, v), op(q, k, v, is_causal=True)),
+        ),
     ]
     if dt == f32:
         mask = mk([5, 7], dt)

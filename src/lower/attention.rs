@@ -20,8 +20,9 @@ pub(super) fn register(r: &mut Registry) {
     );
 }
 
-/// `(output, logsumexp)` of attention over `q` `[B, H, L, E]`, `k` `[B, H, S, E]` and `v`
-/// `[B, H, S, Ev]`: `softmax(q @ kᵀ * scale + mask) @ v`, where `mask` is the additive
+/// `(output, logsumexp)` of attention over `q` `[B, H, L, E]`, `k` `[B, Hkv, S, E]` and `v`
+/// `[B, Hkv, S, Ev]`, where `H` is a multiple of `Hkv` (grouped-query attention: query head
+/// `h` attends with key and value head `h / (H / Hkv)`): `softmax(q @ kᵀ * scale + mask) @ v`, where `mask` is the additive
 /// `attn_mask` (same dtype as `q`, broadcast to `[B, H, L, S]`) and, when `is_causal`, -inf
 /// above the diagonal (query `i` sees keys `j <= i`). `logsumexp` `[B, H, L]` is that of the
 /// masked, scaled scores. A row whose keys are all masked gives zeros and a logsumexp of 0,
@@ -48,11 +49,15 @@ fn lower_flash_attention<'c, 'a>(
         return fail("attention needs a floating-point dtype");
     }
     let [batch, heads, l, e] = four(&q, "query")?;
-    let [kb, kh, s, ke] = four(&k, "key")?;
+    let [kb, kv_heads, s, ke] = four(&k, "key")?;
     let [vb, vh, vs, ev] = four(&v, "value")?;
-    if [kb, kh, ke] != [batch, heads, e] || [vb, vh, vs] != [batch, heads, s] {
+    if [kb, ke] != [batch, e]
+        || [vb, vh, vs] != [batch, kv_heads, s]
+        || kv_heads == 0
+        || heads % kv_heads != 0
+    {
         return fail(format!(
-            "query {:?}, key {:?} and value {:?} do not fit: expected [B, H, L, E], [B, H, S, E] and [B, H, S, Ev]",
+            "query {:?}, key {:?} and value {:?} do not fit: expected [B, H, L, E], [B, Hkv, S, E] and [B, Hkv, S, Ev] with H a multiple of Hkv",
             q.shape, k.shape, v.shape
         ));
     }
@@ -83,9 +88,12 @@ fn lower_flash_attention<'c, 'a>(
         ));
     }
 
-    // q @ kᵀ over the batch and heads together.
-    let bh = batch * heads;
-    let q3 = ctx.reshape(&q, &[bh, l, e])?;
+    // q @ kᵀ over the batch and key heads together. With grouped-query attention (fewer key
+    // and value heads than query heads), query head h reads key head h / group: the group's
+    // query rows stack into one product with their shared keys, so no key is copied.
+    let bh = batch * kv_heads;
+    let rows = heads / kv_heads * l;
+    let q3 = ctx.reshape(&q, &[bh, rows, e])?;
     let k3 = ctx.reshape(&k, &[bh, s, e])?;
     let kt = Tensor {
         value: data_movement::permute(ctx, &k3, &[0, 2, 1])?,
@@ -138,7 +146,7 @@ fn lower_flash_attention<'c, 'a>(
             shape: scores_shape.to_vec(),
             dtype: out.dtype,
         },
-        &[bh, l, s],
+        &[bh, rows, s],
     )?;
     let v3 = ctx.reshape(&v, &[bh, s, ev])?;
     let attended = linear::contract(ctx, &p3, &v3, out.dtype)?;
