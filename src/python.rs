@@ -120,7 +120,8 @@ impl Kernel {
         self.compiled.source.as_str()
     }
 
-    /// Compile cache problems met while compiling (none of them failed the compile).
+    /// Problems met while compiling, none of which failed the compile: optimisation stages
+    /// skipped (the kernel is correct but slower), compile cache trouble.
     #[getter]
     fn warnings(&self) -> Vec<String> {
         self.compiled.warnings.clone()

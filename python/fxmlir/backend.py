@@ -50,6 +50,10 @@ class CompileRecord:
     background: bool = False
     waited_ms: float = 0.0
 
+    #: Problems that did not fail the compile (also logged as warnings): an optimisation stage
+    #: skipped (the kernel is correct but slower), compile cache trouble.
+    warnings: tuple[str, ...] = ()
+
     @property
     def cached(self) -> bool:
         """No compile happened: the kernel came from memory or from disk."""
@@ -162,6 +166,7 @@ class GraphCompiler:
                 source=source,
                 background=background,
                 waited_ms=waited_ms,
+                warnings=tuple(kernel.warnings) if kernel and source != "memory" else (),
             )
         )
         return compiled

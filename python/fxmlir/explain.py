@@ -34,6 +34,7 @@ class ExplainReport:
                 "disk": f"loaded from the compile cache in {g.total_ms:.1f} ms",
             }.get(g.source, f"compiled in {g.total_ms:.1f} ms")
             lines.append(f"  {g.name}: {g.nodes} ATen ops, {how}")
+            lines += [f"    warning: {w.splitlines()[0]}" for w in g.warnings]
         if not self.fallbacks:
             lines.append("no op fell back to eager PyTorch")
             return "\n".join(lines)

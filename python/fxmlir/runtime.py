@@ -194,7 +194,7 @@ def _finish(plan: Plan, job: Any) -> tuple[CompiledGraph, str]:
 
 def _wrap(plan: Plan, kernel: _fxmlir.Kernel) -> tuple[CompiledGraph, str]:
     for warning in kernel.warnings:
-        log.warning("%s", warning)
+        log.warning("%s: %s", kernel.name, warning)
     total = dict(kernel.timings).get("total", 0.0)
     if kernel.source == "compiled":
         log.info("compiled graph %s in %.1f ms", kernel.name, total)

@@ -183,3 +183,9 @@ def test_unwritable_cache_dir_is_reported_once(tmp_path, caplog):
     warnings = [r.message for r in caplog.records if "cannot write the compile cache" in r.message]
     assert len(warnings) == 1, caplog.text
     assert str(blocker) in warnings[0]
+    # Logged under the graph's name, and kept in its compile record.
+    assert warnings[0].startswith(f"{first[0].name}: "), warnings[0]
+    assert [w for w in first[0].warnings if "cannot write the compile cache" in w] == [
+        warnings[0].removeprefix(f"{first[0].name}: ")
+    ]
+    assert second[0].warnings == ()

@@ -114,7 +114,7 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             .ok_or_else(|| anyhow!("cannot parse the input:\n{}", diagnostics.take()))?
     };
     if let Some(name) = &cli.pipeline {
-        pipeline::run_stages(
+        let ran = pipeline::run_stages(
             &context,
             &mut module,
             pipeline::named(name)?,
@@ -122,6 +122,9 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             1,
             cli.threads,
         )?;
+        for message in &ran.skipped {
+            eprintln!("fxmlir-opt: warning: {message}");
+        }
     }
     if let Some(p) = &cli.pass_pipeline {
         pipeline::run_pipeline_text(&context, &mut module, p)?;

@@ -329,9 +329,16 @@ pub fn run_pipeline_text(context: &Context, module: &mut Module, pipeline: &str)
     }
 }
 
+/// What [`run_stages`] did: the time spent in each stage, and a message for each optimisation
+/// stage it skipped (its hook or passes failed; the code is correct but slower).
+#[derive(Debug, Default)]
+pub struct Ran {
+    pub timings: Vec<(String, Duration)>,
+    pub skipped: Vec<String>,
+}
+
 /// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).
-/// `threads` is how many chunks the `parallel` stage cuts large ops into. Returns the time
-/// spent in each stage.
+/// `threads` is how many chunks the `parallel` stage cuts large ops into.
 pub fn run_stages<'c>(
     context: &'c Context,
     module: &mut Module<'c>,
@@ -339,8 +346,8 @@ pub fn run_stages<'c>(
     dumps: Option<&Dumps>,
     first: usize,
     threads: usize,
-) -> Result<Vec<(String, Duration)>> {
-    let mut timings = Vec::new();
+) -> Result<Ran> {
+    let mut ran = Ran::default();
     for (i, stage) in stages.iter().enumerate() {
         let span = tracing::debug_span!("stage", name = stage.name);
         let _guard = span.enter();
@@ -376,10 +383,12 @@ pub fn run_stages<'c>(
                     original = Some(copy);
                 }
                 Err(e) => {
-                    tracing::warn!(
-                        stage = stage.name,
-                        "cannot prepare the stage (its transform script or outlining); the stage is skipped: {e}"
+                    let message = format!(
+                        "the {} stage was skipped (the kernel is correct but slower): its transform script or outlining failed: {e}",
+                        stage.name
                     );
+                    tracing::warn!(stage = stage.name, "{message}");
+                    ran.skipped.push(message);
                     *module = restore(copy, stage)?;
                     skip = true;
                 }
@@ -413,10 +422,12 @@ pub fn run_stages<'c>(
                 // Hook stages (transform scripts, outlining) are optimisations: go on with the
                 // stage's input as it was before the hook rather than fail.
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
-                tracing::warn!(
-                    stage = stage.name,
-                    "the stage's passes failed; it is skipped:\n{diagnostics}{reproducer}"
+                let message = format!(
+                    "the {} stage was skipped (the kernel is correct but slower): its passes failed:\n{diagnostics}{reproducer}",
+                    stage.name
                 );
+                tracing::warn!(stage = stage.name, "{message}");
+                ran.skipped.push(message);
                 *module = restore(original.unwrap_or(before), stage)?;
             }
             (Err(e), _) => return Err(e),
@@ -433,9 +444,9 @@ pub fn run_stages<'c>(
                 &print_module(module),
             )?;
         }
-        timings.push((stage.name.to_string(), elapsed));
+        ran.timings.push((stage.name.to_string(), elapsed));
     }
-    Ok(timings)
+    Ok(ran)
 }
 
 /// The dump of a transform stage's input, transform script included:
@@ -501,8 +512,15 @@ mod tests {
             pipeline: "builtin.module(transform-interpreter{entry-point=missing})",
             hook: Hook::Outline,
         };
-        let timings = run_stages(&context, &mut module, &[failing], None, 1, 1).expect("goes on");
-        assert_eq!(timings.len(), 1);
+        let ran = run_stages(&context, &mut module, &[failing], None, 1, 1).expect("goes on");
+        assert_eq!(ran.timings.len(), 1);
+        let [skipped] = ran.skipped.as_slice() else {
+            panic!("one skipped stage expected, got {:?}", ran.skipped);
+        };
+        assert!(
+            skipped.starts_with("the failing stage was skipped (the kernel is correct but slower): its passes failed:"),
+            "{skipped}"
+        );
         assert!(module.as_operation().verify());
         assert_eq!(print_module(&module), input);
     }

@@ -28,7 +28,7 @@ use melior::{
         r#type::{DimSize, IntegerType, RankedTensorType, ShapedTypeLike},
     },
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Discardable attribute naming a scheduled contraction (value: its index in the schedule).
@@ -576,6 +576,9 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
         }
     }
     let mut planned = Vec::new();
+    // Epilogues already taken: one consumer reading two products (Phi's parallel attention
+    // and MLP, summed in one op) fuses with the first only; the second is scheduled alone.
+    let mut claimed = HashSet::new();
     for (key, info) in order.iter().filter_map(|k| Some((*k, ops.get(k)?))) {
         let Some(problem) = info.problem else {
             continue;
@@ -605,7 +608,7 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
                 .len()
                 .checked_sub(consumer.results.len())?;
             let same_shape = consumer.result_shapes.first() == info.result_shapes.first();
-            (*operand < inputs && identity && same_shape).then_some(*user)
+            (*operand < inputs && identity && same_shape && claimed.insert(*user)).then_some(*user)
         })();
         let only_fill_fusable = info.operands.iter().take(2).all(|v| {
             producer

@@ -85,8 +85,9 @@ pub struct CompiledGraph {
     pub timings: Timings,
     pub dumped: Vec<PathBuf>,
     pub source: Source,
-    /// Compile cache problems met on the way (a damaged entry, an unwritable directory); none
-    /// of them failed the compile.
+    /// Problems met on the way, none of which failed the compile: optimisation stages skipped
+    /// (the kernel is slower), compile cache problems (a damaged entry, an unwritable
+    /// directory).
     pub warnings: Vec<String>,
     kernel: Arc<Kernel>,
     descriptors: Descriptors,
@@ -214,14 +215,17 @@ fn build(
         dumped.push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
     }
 
-    timings.extend(pipeline::run_stages(
+    let ran = pipeline::run_stages(
         &context,
         &mut module,
         stages,
         dumps.as_ref(),
         1,
         options.threads,
-    )?);
+    )?;
+    timings.extend(ran.timings);
+    let degraded = !ran.skipped.is_empty();
+    warnings.extend(ran.skipped);
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
             // Written unless the transform script could not be built.
@@ -246,7 +250,9 @@ fn build(
     timings.push(("llvm-opt".to_string(), jt.optimize));
     // Object emission and linking: `codegen` ends with callable machine code.
     timings.push(("codegen".to_string(), jt.codegen + start.elapsed()));
-    if let Some(dir) = &options.cache_dir {
+    // A kernel built with a stage skipped is not stored: every new process compiles it again
+    // and reports why it is slower.
+    if let (Some(dir), false) = (&options.cache_dir, degraded) {
         let start = Instant::now();
         cache::store(dir, key, &objects, warnings);
         timings.push(("cache-store".to_string(), start.elapsed()));
