@@ -66,8 +66,12 @@ class Split:
         position = {n: i for i, n in enumerate(placeholders)}
         is_static: set[torch.fx.Node] = {n for n in placeholders if position[n] in static}
         # Whether computing a static node does work the kernel would repeat (not only views
-        # that leave a weight contiguous).
-        work: dict[torch.fx.Node, bool] = dict.fromkeys(is_static, False)
+        # that leave a weight contiguous). A weight that is not contiguous itself (a
+        # convolution's in channels-last) would be copied into the layout the kernel reads on
+        # every call: its contiguous copy is hoisted.
+        work: dict[torch.fx.Node, bool] = {
+            n: (t := _tensor(n)) is not None and not t.is_contiguous() for n in is_static
+        }
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 is_static.add(node)
@@ -94,7 +98,7 @@ class Split:
             n
             for n in gm.graph.nodes
             if n in is_static
-            and n.op == "call_function"
+            and n.op in ("call_function", "placeholder")
             and work[n]
             and any(u not in is_static for u in n.users)
         ]

@@ -117,3 +117,32 @@ def test_what_is_hoisted():
     assert not _split(lambda w, x: x + w.expand(4, 32), (1, 32), (4, 32)).hoisted
     assert not _split(lambda w, x: x + w.view(4, 8), (32,), (4, 8)).hoisted
     assert not _split(lambda w, x: (x * w).t(), (4, 32), (4, 32)).hoisted
+
+
+def test_a_channels_last_weight_is_hoisted_contiguous(tmp_path):
+    """A convolution's channels-last weight would be copied into the layout the kernel reads
+    on every call; its contiguous copy is a hoisted input instead, and the channels-last
+    weight no longer enters the kernel."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    used = {a["ref"]["node"] for n in document["nodes"] for a in n["args"] if "ref" in a}
+    weights = [i for i in document["inputs"] if i["meta"]["shape"] == [8, 3, 3, 3]]
+    assert [w["meta"]["strides"] for w in weights if w["name"] in used] == [[27, 9, 3, 1]]
+    assert [w["name"] for w in weights if w["name"] in used][0].startswith("hoisted_")
+
+
+def test_what_is_hoisted_from_a_strided_weight():
+    # The weight itself, when it is not contiguous and the activation reads it.
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda w, x: x * w, tracing_mode="fake")(
+        torch.randn(8, 4).t(), torch.randn(4, 8)
+    )
+    split = hoist.Split(gm, frozenset({0}))
+    assert [n.op for n in split.hoisted] == ["placeholder"]
+    assert split.watched == [0]
