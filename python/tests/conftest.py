@@ -33,6 +33,33 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture(autouse=True)
+def no_skipped_stage(request):
+    """No compile in a test may skip an optimisation stage: its kernel would still be right,
+    only slower, so nothing else would notice. A test that skips one on purpose says so with
+    ``@pytest.mark.skips_stage``."""
+    from fxmlir import backend
+
+    before = max((r.seq for r in backend.history), default=-1)
+    yield
+    if request.node.get_closest_marker("skips_stage"):
+        return
+    skipped = [
+        f"{r.name}: {w}"
+        for r in backend.history
+        if r.seq > before
+        for w in r.warnings
+        if "stage was skipped" in w
+    ]
+    assert not skipped, "\n".join(skipped)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "skips_stage: the test skips an optimisation stage on purpose"
+    )
+
+
 @pytest.fixture
 def fxmlir_cli() -> pathlib.Path:
     path = shutil.which("fxmlir") or str(REPO / "target" / "release" / "fxmlir")

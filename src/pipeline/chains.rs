@@ -220,43 +220,58 @@ impl<'c, 'a> Builder<'c, 'a> {
             format!("[[{}]]", dims.join(", "))
         };
         let ty = |dims: &[i64]| {
-            let text: Vec<String> = dims.iter().map(i64::to_string).collect();
-            Type::parse(
-                self.context,
-                &format!("{kind}<{}x{element}>", text.join("x")),
-            )
-            .ok_or_else(|| failure(format!("a {kind} of {dims:?}")))
+            let text: String = dims.iter().map(|d| format!("{d}x")).collect();
+            Type::parse(self.context, &format!("{kind}<{text}{element}>"))
+                .ok_or_else(|| failure(format!("a {kind} of {dims:?}")))
         };
-        let flat = if from.len() == 1 {
-            value
-        } else {
-            let attributes = [("reassociation", group(from.len()))];
+        // A 0-d value has no dimension to group: it becomes [1] (and back) by an expand (a
+        // collapse) with no reassociation groups.
+        let expand = |value: Value<'c, 'a>, rank: usize, shape: &[i64]| {
+            let sizes: Vec<String> = shape.iter().map(i64::to_string).collect();
+            let groups = if rank == 0 {
+                "[]".to_string()
+            } else {
+                group(shape.len())
+            };
+            let attributes = [
+                ("reassociation", groups),
+                (
+                    "static_output_shape",
+                    format!("array<i64: {}>", sizes.join(", ")),
+                ),
+            ];
+            self.build(
+                &format!("{kind}.expand_shape"),
+                &[value],
+                ty(shape)?,
+                &attributes,
+                vec![],
+            )
+        };
+        let collapse = |value: Value<'c, 'a>, rank: usize, shape: &[i64]| {
+            let groups = if shape.is_empty() {
+                "[]".to_string()
+            } else {
+                group(rank)
+            };
             self.build(
                 &format!("{kind}.collapse_shape"),
                 &[value],
-                ty(&[numel])?,
-                &attributes,
+                ty(shape)?,
+                &[("reassociation", groups)],
                 vec![],
-            )?
+            )
         };
-        if shape.len() == 1 {
-            return Ok(flat);
+        let flat = match from.len() {
+            1 => value,
+            0 => expand(value, 0, &[1])?,
+            rank => collapse(value, rank, &[numel])?,
+        };
+        match shape.len() {
+            1 => Ok(flat),
+            0 => collapse(flat, 1, &[]),
+            _ => expand(flat, 1, shape),
         }
-        let sizes: Vec<String> = shape.iter().map(i64::to_string).collect();
-        let attributes = [
-            ("reassociation", group(shape.len())),
-            (
-                "static_output_shape",
-                format!("array<i64: {}>", sizes.join(", ")),
-            ),
-        ];
-        self.build(
-            &format!("{kind}.expand_shape"),
-            &[flat],
-            ty(shape)?,
-            &attributes,
-            vec![],
-        )
     }
 }
 

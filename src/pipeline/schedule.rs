@@ -401,10 +401,13 @@ fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<P
     let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
     let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
     let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
-    if ta != tb || tb != tc {
+    // Half-precision operands accumulate in f32 (the product's own element): they are
+    // widened as they are loaded, so the tiles are those of an f32 product.
+    let widened = ta == tb && matches!(ta.as_str(), "bf16" | "f16") && tc == "f32";
+    if !widened && (ta != tb || tb != tc) {
         return None;
     }
-    let element = Element::parse(&ta)?;
+    let element = Element::parse(&tc)?;
     let rank = if batched { 3 } else { 2 };
     if a.len() != rank || b.len() != rank || c.len() != rank {
         return None;
