@@ -20,7 +20,7 @@ use melior::{
         operation::OperationLike, operation::OperationResult,
     },
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Discardable attribute naming an op to split across threads (value: its index).
@@ -47,17 +47,19 @@ struct Planned {
     split: Option<Split>,
     /// For a transposing copy: the sizes of its square register tiles over its loops.
     transpose: Option<Vec<i64>>,
-    /// The index of the op's init operand when a `linalg.fill` produces it: the fill then
-    /// moves into the chunk loop, so each thread fills its own slice of the accumulator.
-    fill_operand: Option<usize>,
+    /// The index of the op's init operand and the `linalg.fill` that produces it (by raw
+    /// pointer): the fill then moves into the chunk loop, so each thread fills its own slice of
+    /// the accumulator.
+    fill_operand: Option<(usize, usize)>,
 }
 
-fn fill_operand(op: &OperationRef) -> Option<usize> {
+fn fill_operand(op: &OperationRef) -> Option<(usize, usize)> {
     let init = op.operand_count().checked_sub(1)?;
     let owner = OperationResult::try_from(op.operand(init).ok()?)
         .ok()?
         .owner();
-    (owner.name().as_string_ref().as_str() == Ok("linalg.fill")).then_some(init)
+    (owner.name().as_string_ref().as_str() == Ok("linalg.fill"))
+        .then_some((init, owner.to_raw().ptr as usize))
 }
 
 /// How evenly a loop of `range` iterations spreads over `threads`: the work of an even share
@@ -240,6 +242,15 @@ fn plan(module: &Module, threads: i64) -> Vec<Planned> {
         }
         function = f.next_in_block();
     }
+    // A fill that moves into its consumer's chunk loop is not split on its own: split first,
+    // it would be a loop the consumer's script cannot fuse (a depthwise convolution's
+    // accumulator, large enough to split, made the whole stage fail).
+    let fused: HashSet<usize> = planned
+        .iter()
+        .filter(|p| p.split.is_some())
+        .filter_map(|p| p.fill_operand.map(|(_, fill)| fill))
+        .collect();
+    planned.retain(|p| !fused.contains(&p.op));
     planned
 }
 
@@ -261,7 +272,7 @@ pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<
         );
         let mut op = format!("%p{id}");
         if let Some(split) = p.split {
-            if let Some(init) = p.fill_operand {
+            if let Some((init, _)) = p.fill_operand {
                 let _ = writeln!(
                     body,
                     "    %i{id} = transform.get_producer_of_operand %p{id}[{init}] : ({ANY}) -> {ANY}"
