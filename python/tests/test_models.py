@@ -55,9 +55,7 @@ def t5():
         d_model=64, d_ff=128, num_layers=2, num_heads=2, d_kv=32, vocab_size=1000
     )
     model = transformers.T5Model(cfg).eval()
-    return (
-        lambda ids: model(input_ids=ids, decoder_input_ids=ids[:, :8]).last_hidden_state
-    ), ids()
+    return (lambda ids: model(input_ids=ids, decoder_input_ids=ids[:, :8]).last_hidden_state), ids()
 
 
 def whisper_encoder():
