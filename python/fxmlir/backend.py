@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, aliasing, hoist, inference, interchange, partition, runtime
+from . import _fxmlir, aliasing, fastpath, hoist, inference, interchange, partition, runtime
 from .config import config
 
 log = logging.getLogger("fxmlir")
@@ -81,11 +81,13 @@ def supported_ops() -> frozenset[str]:
 
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
-    """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole)."""
+    """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole),
+    and PyTorch's fused inference fast paths written out (:mod:`fxmlir.fastpath`)."""
     from torch._decomp import core_aten_decompositions
 
     native = supported_ops()
-    return {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in native}
+    core = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in native}
+    return {**core, **fastpath.DECOMPOSITIONS}
 
 
 class GraphCompiler:
