@@ -1,6 +1,8 @@
 """Graph outputs that are views of another output come back as views of it, as in eager
 PyTorch: same values, and a write through one shows in the other."""
 
+import json
+
 import fxmlir
 import pytest
 import torch
@@ -101,3 +103,66 @@ def test_torch_compile_returns_a_base_and_its_view_sharing_memory():
     torch.testing.assert_close(view, fn(x)[1], atol=ATOL, rtol=RTOL)
     base.zero_()
     assert view.abs().sum().item() == 0
+
+
+def test_an_output_that_views_an_input_is_that_view_of_the_argument():
+    # A training forward saves a linear layer's transposed weight for the backward.
+    def fn(w, x):
+        return x @ w.t(), w.t()
+
+    w, x = torch.randn(8, 4), torch.randn(2, 4)
+    graph = make_fx(fn, tracing_mode="fake")(w, x)
+    found = aliasing.aliases(graph)
+    assert [(v.index, v.of, v.of_input, v.stride) for v in found.views] == [(1, 0, True, (1, 4))]
+    compiled = aliasing.rebuilding(
+        fxmlir.compile_graph(aliasing.without(graph, found), [w, x]), found
+    )
+    product, saved = compiled([w, x])
+    torch.testing.assert_close(product, x @ w.t(), atol=ATOL, rtol=RTOL)
+    assert saved.data_ptr() == w.data_ptr() and saved.stride() == (1, 4)
+    assert torch.equal(saved, w.t())
+
+
+def test_a_compiled_training_step_saves_weights_as_views(tmp_path):
+    """BERT's training forward saves each linear layer's transposed weight for the backward:
+    no kernel copies it out (it comes back as a view of the weight), nothing runs in eager
+    PyTorch, and the gradients match."""
+    transformers = pytest.importorskip("transformers", reason="make setup installs transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = transformers.BertModel(config).train()
+    ids = torch.randint(0, 100, (2, 8))
+
+    def step(fn):
+        model.zero_grad()
+        fn(ids).last_hidden_state.square().mean().backward()
+        return [
+            torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()
+        ]
+
+    expected = step(model)
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    with fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = step(torch.compile(model, backend="fxmlir"))
+    # Attention's backward included: the backward graph compiles whole.
+    assert [f.op for f in fxmlir.partition.fallbacks if f.seq > before] == []
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+    transposed = [
+        node["name"]
+        for path in tmp_path.glob("*.fx.json")
+        for document in [json.loads(path.read_text())]
+        for node in document["nodes"]
+        if node["target"] == "aten.t.default"
+        and node["args"][0]["ref"]["node"] in {i["name"] for i in document["inputs"]}
+        and any(ref["node"] == node["name"] for ref in document["outputs"])
+    ]
+    assert transposed == []

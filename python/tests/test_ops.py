@@ -1064,6 +1064,49 @@ def attention_samples(dt):
     return out
 
 
+def attention_backward_samples(dt):
+    """The backward of the forward samples: ``out`` and ``logsumexp`` from eager's forward."""
+    forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def sample(sid, q, k, v, causal=False, mask=None, scale=None):
+        if q.dtype.is_floating_point:
+            out, lse = forward(q, k, v, is_causal=causal, attn_mask=mask, scale=scale)
+        else:  # for the dtype probe, which the backward itself must refuse
+            out, lse = torch.zeros_like(q), torch.zeros(q.shape[:3])
+        grad = mk(out.shape, q.dtype, -1, 1)
+        inputs = [grad, q, k, v, out, lse]
+        if mask is None:
+            return S(
+                sid,
+                inputs,
+                lambda op, *xs: op(*xs, 0.0, causal, scale=scale),
+            )
+        return S(
+            sid,
+            [*inputs, mask],
+            lambda op, *xs: op(*xs[:6], 0.0, causal, attn_mask=xs[6], scale=scale),
+        )
+
+    q, k, v = mk([2, 3, 5, 8], dt, -2, 2), mk([2, 3, 7, 8], dt, -2, 2), mk([2, 3, 7, 8], dt, -2, 2)
+    grouped = [mk(shape, dt, -2, 2) for shape in ([2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 8])]
+    out = [
+        sample("basic", q, k, v),
+        sample("causal", q, k, v, causal=True),
+        sample("scale", q, k, v, scale=0.3),
+        # Each key head's gradient sums over the two query heads that share it.
+        sample("grouped", *grouped, causal=True),
+    ]
+    if dt == f32:
+        mask = mk([5, 7], dt)
+        mask[1] = -inf  # a fully masked row: no gradient through it
+        mask[2, 3] = -inf
+        out += [
+            sample("mask", q, k, v, mask=mask),
+            sample("mask_causal", q, k, v, causal=True, mask=mask),
+        ]
+    return out
+
+
 def layer_norm_samples(dt):
     x = mk([2, 3, 4], dt)
     w, bias = mk([4], dt), mk([4], dt)
@@ -2993,6 +3036,14 @@ ROWS: list[Row] = [
         FLOATS,
         attention_samples,
         tol=ATTENTION_TOL,
+    ),
+    Row(
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        FLOATS,
+        attention_backward_samples,
+        tol=ATTENTION_TOL,
+        zero_signs="a gradient that cancels to zero (a causal row's first query) takes its sign "
+        "from the order of the sums",
     ),
     Row(
         "aten.native_layer_norm.default",

@@ -1,16 +1,17 @@
 //! Scaled dot-product attention, kept whole by the backend rather than decomposed (tracing
 //! PyTorch's decomposition, and the ops it made, was more than half of aot_autograd's time on
-//! BERT and GPT-2). It lowers to
-//! what the decomposition would give: a batched `q @ kᵀ`, one elementwise pass for the scale,
-//! the mask and causality, a softmax, and a batched product with `v`; the matrix products go
-//! through the schedule like any other.
+//! BERT and GPT-2). The forward lowers to what the decomposition would give: a batched
+//! `q @ kᵀ`, one elementwise pass for the scale, the mask and causality, a softmax, and a
+//! batched product with `v`. The backward recomputes the probabilities from the forward's
+//! logsumexp and takes four batched products. The matrix products go through the schedule
+//! like any other.
 
 use super::normalization::{Normalise, softmax};
 use super::{
     LowerCtx, Operand, Registry, Scalar, Tensor, data_movement, emit, fail, linear, reduction,
 };
 use crate::error::Result;
-use crate::graph::{Arg, Node};
+use crate::graph::{Arg, DType, Node};
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -18,140 +19,220 @@ pub(super) fn register(r: &mut Registry) {
         "aten._scaled_dot_product_flash_attention_for_cpu.default",
         lower_flash_attention,
     );
+    r.add(
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        lower_flash_attention_backward,
+    );
 }
 
-/// `(output, logsumexp)` of attention over `q` `[B, H, L, E]`, `k` `[B, Hkv, S, E]` and `v`
-/// `[B, Hkv, S, Ev]`, where `H` is a multiple of `Hkv` (grouped-query attention: query head
-/// `h` attends with key and value head `h / (H / Hkv)`): `softmax(q @ kᵀ * scale + mask) @ v`, where `mask` is the additive
-/// `attn_mask` (same dtype as `q`, broadcast to `[B, H, L, S]`) and, when `is_causal`, -inf
-/// above the diagonal (query `i` sees keys `j <= i`). `logsumexp` `[B, H, L]` is that of the
-/// masked, scaled scores. A row whose keys are all masked gives zeros and a logsumexp of 0,
-/// as PyTorch's kernel does.
+/// Where the forward and the backward op keep the arguments they share.
+struct Slots {
+    query: usize,
+    dropout: usize,
+    causal: usize,
+    mask: usize,
+    scale: usize,
+}
+
+/// `q` `[B, H, L, E]`, `k` `[B, Hkv, S, E]` and `v` `[B, Hkv, S, Ev]`, where `H` is a multiple
+/// of `Hkv` (grouped-query attention: query head `h` attends with key and value head
+/// `h / (H / Hkv)`), the additive `mask` (the query's dtype, broadcast to `[B, H, L, S]`),
+/// causality and the scale of the scores.
+struct Attention<'c, 'a> {
+    q: Tensor<'c, 'a>,
+    k: Tensor<'c, 'a>,
+    v: Tensor<'c, 'a>,
+    mask: Option<Tensor<'c, 'a>>,
+    causal: bool,
+    scale: f64,
+    batch: i64,
+    heads: i64,
+    kv_heads: i64,
+    l: i64,
+    s: i64,
+    e: i64,
+    ev: i64,
+}
+
+impl<'c, 'a> Attention<'c, 'a> {
+    fn read(ctx: &LowerCtx<'c, 'a>, node: &Node, at: &Slots) -> Result<Self> {
+        let (q, k, v) = (
+            ctx.tensor(node, at.query)?,
+            ctx.tensor(node, at.query + 1)?,
+            ctx.tensor(node, at.query + 2)?,
+        );
+        let dropout = ctx.float(node, at.dropout)?;
+        if dropout != 0.0 {
+            return fail(format!(
+                "attention with dropout_p={dropout} draws random numbers: it runs in eager PyTorch"
+            ));
+        }
+        if !q.dtype.is_float() {
+            return fail("attention needs a floating-point dtype");
+        }
+        let [batch, heads, l, e] = four(&q, "query")?;
+        let [kb, kv_heads, s, ke] = four(&k, "key")?;
+        let [vb, vh, vs, ev] = four(&v, "value")?;
+        if [kb, ke] != [batch, e]
+            || [vb, vh, vs] != [batch, kv_heads, s]
+            || kv_heads == 0
+            || heads % kv_heads != 0
+        {
+            return fail(format!(
+                "query {:?}, key {:?} and value {:?} do not fit: expected [B, H, L, E], [B, Hkv, S, E] and [B, Hkv, S, Ev] with H a multiple of Hkv",
+                q.shape, k.shape, v.shape
+            ));
+        }
+        let mask = ctx.opt_tensor(node, at.mask)?;
+        if let Some(m) = &mask {
+            if m.dtype != q.dtype {
+                return fail(format!(
+                    "attn_mask must have the query's dtype {}, got {} (PyTorch's kernel refuses it too)",
+                    q.dtype.name(),
+                    m.dtype.name()
+                ));
+            }
+            let scores = [batch, heads, l, s];
+            if emit::broadcast_shapes(&[&m.shape, &scores]).ok().as_deref() != Some(&scores[..]) {
+                return fail(format!(
+                    "attn_mask of shape {:?} does not broadcast to the scores {scores:?}",
+                    m.shape
+                ));
+            }
+        }
+        let scale = match ctx.arg(node, at.scale)? {
+            Arg::None => 1.0 / (e as f64).sqrt(),
+            _ => ctx.float(node, at.scale)?,
+        };
+        Ok(Attention {
+            causal: ctx.bool(node, at.causal)?,
+            q,
+            k,
+            v,
+            mask,
+            scale,
+            batch,
+            heads,
+            kv_heads,
+            l,
+            s,
+            e,
+            ev,
+        })
+    }
+
+    /// The accumulator dtype.
+    fn acc(&self) -> DType {
+        self.q.dtype.compute()
+    }
+
+    fn scores_shape(&self) -> [i64; 4] {
+        [self.batch, self.heads, self.l, self.s]
+    }
+
+    /// Products run over the batch and key heads together; the query rows of the heads that
+    /// share a key head stack into one product with it, so no key or value is copied per
+    /// query head.
+    fn bh(&self) -> i64 {
+        self.batch * self.kv_heads
+    }
+
+    fn rows(&self) -> i64 {
+        self.heads / self.kv_heads * self.l
+    }
+
+    /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`.
+    fn stacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+        let last = *t.shape.last().unwrap_or(&1);
+        ctx.reshape(t, &[self.bh(), self.rows(), last])
+    }
+
+    /// `t` `[B, Hkv, S, X]` as `[B·Hkv, S, X]`.
+    fn per_key_head(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+        let last = *t.shape.last().unwrap_or(&1);
+        ctx.reshape(t, &[self.bh(), self.s, last])
+    }
+
+    /// The masked, scaled scores `q @ kᵀ * scale + mask` `[B, H, L, S]` in the accumulator
+    /// dtype, -inf above the diagonal (query `i` sees keys `j <= i`) when causal.
+    fn scores(&self, ctx: &LowerCtx<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+        let acc = self.acc();
+        let q3 = self.stacked(ctx, &self.q)?;
+        let kt = transposed(ctx, &self.per_key_head(ctx, &self.k)?)?;
+        let product = linear::contract(ctx, &q3, &kt, self.q.dtype)?;
+        let shape = self.scores_shape();
+        let product = ctx.reshape(&product, &shape)?;
+        let mut operands = vec![Operand::Tensor(product)];
+        operands.extend(self.mask.clone().map(Operand::Tensor));
+        let (scale, causal) = (self.scale, self.causal);
+        let value = ctx.elementwise(
+            &operands,
+            &vec![acc; operands.len()],
+            acc,
+            &shape,
+            acc,
+            |b, x| {
+                let mut score = b.same(
+                    "arith.mulf",
+                    &[x[0], b.constant(Scalar::Float(scale), acc)?],
+                )?;
+                if let Some(&m) = x.get(1) {
+                    score = b.same("arith.addf", &[score, m])?;
+                }
+                if causal {
+                    let (i, j) = (
+                        reduction::linalg_index(b, 2)?,
+                        reduction::linalg_index(b, 3)?,
+                    );
+                    let above = b.cmpi("ugt", j, i)?;
+                    let hidden = b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?;
+                    score = b.select(above, hidden, score)?;
+                }
+                Ok(score)
+            },
+        )?;
+        Ok(Tensor {
+            value,
+            shape: shape.to_vec(),
+            dtype: acc,
+        })
+    }
+}
+
+/// `(output, logsumexp)`: `softmax(q @ kᵀ * scale + mask) @ v` and the logsumexp `[B, H, L]`
+/// of the masked, scaled scores. A row whose keys are all masked gives zeros and a logsumexp
+/// of 0, as PyTorch's kernel does.
 fn lower_flash_attention<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
 ) -> Result<Vec<Value<'c, 'a>>> {
-    let (q, k, v) = (
-        ctx.tensor(node, 0)?,
-        ctx.tensor(node, 1)?,
-        ctx.tensor(node, 2)?,
-    );
-    let dropout = ctx.float(node, 3)?;
-    if dropout != 0.0 {
-        return fail(format!(
-            "attention with dropout_p={dropout} draws random numbers: it runs in eager PyTorch"
-        ));
-    }
-    let causal = ctx.bool(node, 4)?;
-    let mask = ctx.opt_tensor(node, 5)?;
-    let out = ctx.out(0)?.clone();
-    if !out.dtype.is_float() {
-        return fail("attention needs a floating-point dtype");
-    }
-    let [batch, heads, l, e] = four(&q, "query")?;
-    let [kb, kv_heads, s, ke] = four(&k, "key")?;
-    let [vb, vh, vs, ev] = four(&v, "value")?;
-    if [kb, ke] != [batch, e]
-        || [vb, vh, vs] != [batch, kv_heads, s]
-        || kv_heads == 0
-        || heads % kv_heads != 0
-    {
-        return fail(format!(
-            "query {:?}, key {:?} and value {:?} do not fit: expected [B, H, L, E], [B, Hkv, S, E] and [B, Hkv, S, Ev] with H a multiple of Hkv",
-            q.shape, k.shape, v.shape
-        ));
-    }
-    if let Some(m) = &mask
-        && m.dtype != q.dtype
-    {
-        return fail(format!(
-            "attn_mask must have the query's dtype {}, got {} (PyTorch's kernel refuses it too)",
-            q.dtype.name(),
-            m.dtype.name()
-        ));
-    }
-    let scale = match ctx.arg(node, 6)? {
-        Arg::None => 1.0 / (e as f64).sqrt(),
-        _ => ctx.float(node, 6)?,
+    let slots = Slots {
+        query: 0,
+        dropout: 3,
+        causal: 4,
+        mask: 5,
+        scale: 6,
     };
-    let acc = out.dtype.compute();
-    let scores_shape = [batch, heads, l, s];
-    if let Some(m) = &mask
-        && emit::broadcast_shapes(&[&m.shape, &scores_shape])
-            .ok()
-            .as_deref()
-            != Some(&scores_shape[..])
-    {
-        return fail(format!(
-            "attn_mask of shape {:?} does not broadcast to the scores {scores_shape:?}",
-            m.shape
-        ));
-    }
-
-    // q @ kᵀ over the batch and key heads together. With grouped-query attention (fewer key
-    // and value heads than query heads), query head h reads key head h / group: the group's
-    // query rows stack into one product with their shared keys, so no key is copied.
-    let bh = batch * kv_heads;
-    let rows = heads / kv_heads * l;
-    let q3 = ctx.reshape(&q, &[bh, rows, e])?;
-    let k3 = ctx.reshape(&k, &[bh, s, e])?;
-    let kt = Tensor {
-        value: data_movement::permute(ctx, &k3, &[0, 2, 1])?,
-        shape: vec![bh, e, s],
-        dtype: k3.dtype,
-    };
-    let product = linear::contract(ctx, &q3, &kt, out.dtype)?;
-    let product = ctx.reshape(&product, &scores_shape)?;
-
-    // Scale, mask and causality in one pass.
-    let mut operands = vec![Operand::Tensor(product)];
-    operands.extend(mask.map(Operand::Tensor));
-    let scores = ctx.elementwise(
-        &operands,
-        &vec![acc; operands.len()],
-        acc,
-        &scores_shape,
-        acc,
-        |b, x| {
-            let mut score = b.same(
-                "arith.mulf",
-                &[x[0], b.constant(Scalar::Float(scale), acc)?],
-            )?;
-            if let Some(&m) = x.get(1) {
-                score = b.same("arith.addf", &[score, m])?;
-            }
-            if causal {
-                let (i, j) = (
-                    reduction::linalg_index(b, 2)?,
-                    reduction::linalg_index(b, 3)?,
-                );
-                let above = b.cmpi("ugt", j, i)?;
-                let hidden = b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?;
-                score = b.select(above, hidden, score)?;
-            }
-            Ok(score)
-        },
-    )?;
-    let scores = Tensor {
-        value: scores,
-        shape: scores_shape.to_vec(),
-        dtype: acc,
-    };
+    let a = Attention::read(ctx, node, &slots)?;
+    let dtype = ctx.out(0)?.dtype;
+    let acc = a.acc();
+    let scores = a.scores(ctx)?;
 
     // Probabilities in the input dtype (as PyTorch's kernel multiplies them with v), then @ v.
-    let probabilities = softmax(ctx, &scores, &[3], out.dtype, Normalise::ExpMasked)?;
-    let p3 = ctx.reshape(
-        &Tensor {
-            value: probabilities.result,
-            shape: scores_shape.to_vec(),
-            dtype: out.dtype,
-        },
-        &[bh, rows, s],
+    let probabilities = softmax(ctx, &scores, &[3], dtype, Normalise::ExpMasked)?;
+    let p = Tensor {
+        value: probabilities.result,
+        shape: scores.shape.clone(),
+        dtype,
+    };
+    let attended = linear::contract(
+        ctx,
+        &a.stacked(ctx, &p)?,
+        &a.per_key_head(ctx, &a.v)?,
+        dtype,
     )?;
-    let v3 = ctx.reshape(&v, &[bh, s, ev])?;
-    let attended = linear::contract(ctx, &p3, &v3, out.dtype)?;
-    let attended = ctx.cast(&attended, out.dtype)?;
-    let output = ctx.reshape(&attended, &[batch, heads, l, ev])?;
+    let attended = ctx.cast(&attended, dtype)?;
+    let output = ctx.reshape(&attended, &[a.batch, a.heads, a.l, a.ev])?;
 
     // logsumexp = max + log(sum), 0 for a fully masked row (whose sum is 0).
     let stats_shape = probabilities.max.shape.clone();
@@ -173,6 +254,135 @@ fn lower_flash_attention<'c, 'a>(
         },
     )?;
     Ok(vec![output.value, logsumexp])
+}
+
+/// `(grad_query, grad_key, grad_value)` from `grad_out` and the forward's `out` and
+/// `logsumexp`. With the probabilities `p = exp(scores - logsumexp)` recomputed (0 where the
+/// scores are masked), `dv = pᵀ @ dout`, `dp = dout @ vᵀ`, `ds = p * (dp - rowsum(dout *
+/// out)) * scale`, `dq = ds @ k` and `dk = dsᵀ @ q`; with grouped-query attention the
+/// products over the stacked query rows sum each key head's gradient over its query heads.
+/// Everything is computed in the accumulator dtype.
+fn lower_flash_attention_backward<'c, 'a>(
+    ctx: &mut LowerCtx<'c, 'a>,
+    node: &Node,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let slots = Slots {
+        query: 1,
+        dropout: 6,
+        causal: 7,
+        mask: 8,
+        scale: 9,
+    };
+    let a = Attention::read(ctx, node, &slots)?;
+    let (grad, out, logsumexp) = (
+        ctx.tensor(node, 0)?,
+        ctx.tensor(node, 4)?,
+        ctx.tensor(node, 5)?,
+    );
+    let out_shape = [a.batch, a.heads, a.l, a.ev];
+    if grad.shape != out_shape || out.shape != out_shape {
+        return fail(format!(
+            "grad_out {:?} and out {:?} must have the output's shape {out_shape:?}",
+            grad.shape, out.shape
+        ));
+    }
+    if logsumexp.shape != [a.batch, a.heads, a.l] {
+        return fail(format!(
+            "logsumexp {:?} must have the shape {:?}",
+            logsumexp.shape,
+            [a.batch, a.heads, a.l]
+        ));
+    }
+    let acc = a.acc();
+    let scores = a.scores(ctx)?;
+    let shape = a.scores_shape();
+    let per_row = ctx.reshape(&logsumexp, &[a.batch, a.heads, a.l, 1])?;
+    let p = Tensor {
+        value: ctx.elementwise(
+            &[Operand::Tensor(scores), Operand::Tensor(per_row)],
+            &[acc, acc],
+            acc,
+            &shape,
+            acc,
+            |b, x| {
+                let shifted = b.same("arith.subf", &[x[0], x[1]])?;
+                b.same("math.exp", &[shifted])
+            },
+        )?,
+        shape: shape.to_vec(),
+        dtype: acc,
+    };
+    let grad3 = a.stacked(ctx, &grad)?;
+    let p3 = a.stacked(ctx, &p)?;
+
+    // dv = pᵀ @ dout, summed over each key head's query rows.
+    let dv = linear::contract(ctx, &transposed(ctx, &p3)?, &grad3, acc)?;
+
+    // rowsum(dout * out): the probability-weighted mean of dp along each row.
+    let weighted = Tensor {
+        value: ctx.elementwise(
+            &[Operand::Tensor(grad.clone()), Operand::Tensor(out)],
+            &[acc, acc],
+            acc,
+            &out_shape,
+            acc,
+            |b, x| b.same("arith.mulf", &[x[0], x[1]]),
+        )?,
+        shape: out_shape.to_vec(),
+        dtype: acc,
+    };
+    let mean = ctx.reduce(&weighted, &[3], acc, Scalar::Float(0.0), |b, sum, x| {
+        b.same("arith.addf", &[sum, x])
+    })?;
+    let mean = ctx.reshape(&mean, &[a.batch, a.heads, a.l, 1])?;
+
+    let vt = transposed(ctx, &a.per_key_head(ctx, &a.v)?)?;
+    let dp = linear::contract(ctx, &grad3, &vt, acc)?;
+    let dp = ctx.reshape(&dp, &shape)?;
+    let scale = a.scale;
+    let ds = Tensor {
+        value: ctx.elementwise(
+            &[
+                Operand::Tensor(p),
+                Operand::Tensor(dp),
+                Operand::Tensor(mean),
+            ],
+            &[acc, acc, acc],
+            acc,
+            &shape,
+            acc,
+            |b, x| {
+                let centred = b.same("arith.subf", &[x[1], x[2]])?;
+                let ds = b.same("arith.mulf", &[x[0], centred])?;
+                b.same("arith.mulf", &[ds, b.constant(Scalar::Float(scale), acc)?])
+            },
+        )?,
+        shape: shape.to_vec(),
+        dtype: acc,
+    };
+    let ds3 = a.stacked(ctx, &ds)?;
+    let dq = linear::contract(ctx, &ds3, &a.per_key_head(ctx, &a.k)?, acc)?;
+    let dk = linear::contract(ctx, &transposed(ctx, &ds3)?, &a.stacked(ctx, &a.q)?, acc)?;
+
+    let mut grads = Vec::new();
+    for (g, index, shape) in [
+        (dq, 0, [a.batch, a.heads, a.l, a.e]),
+        (dk, 1, [a.batch, a.kv_heads, a.s, a.e]),
+        (dv, 2, [a.batch, a.kv_heads, a.s, a.ev]),
+    ] {
+        let g = ctx.cast(&g, ctx.out(index)?.dtype)?;
+        grads.push(ctx.reshape(&g, &shape)?.value);
+    }
+    Ok(grads)
+}
+
+/// `t` `[N, X, Y]` as `[N, Y, X]`.
+fn transposed<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+    Ok(Tensor {
+        value: data_movement::permute(ctx, t, &[0, 2, 1])?,
+        shape: vec![t.shape[0], t.shape[2], t.shape[1]],
+        dtype: t.dtype,
+    })
 }
 
 /// The four sizes of a rank-4 attention operand.
