@@ -95,11 +95,15 @@ def trace(
                 return interpreter.run(*args)
 
         functional = torch.func.functionalize(run, remove="mutations")
+        depth = torch._C._functorch.get_dynamic_layer_stack_depth()
         try:
             with enable_python_dispatcher(), fake_mode:
                 graph = make_fx(functional, decomposition_table=decompositions)(*fakes)
         # Whatever this trace cannot do, aot_autograd's own may (or it reports the error).
         except Exception as e:
+            # A failure inside a function transform of the graph's own (Mamba's scan runs
+            # under vmap) can leave functorch's layers pushed; aot_autograd would trip on them.
+            torch._C._functorch.pop_dynamic_layer_stack_and_undo_to_depth(depth)
             reason = f"fxmlir's trace failed ({type(e).__name__}: {e})"
         else:
             reason = _why_not_traced(graph)

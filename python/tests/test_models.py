@@ -4,7 +4,7 @@ way a user would build it. Each must match eager with no op falling back to eage
 optimisation stage skipped (a product left untiled would still match, only slower). Each model
 is here for something the others lack: grouped-query attention (Llama, Mistral, Qwen2, Gemma
 with one key head), attention and MLP summed in one op (Phi), relative position buckets (T5),
-channels-last weights, bf16 weights."""
+a scan under vmap (Mamba), channels-last weights, bf16 weights."""
 
 import warnings
 
@@ -177,6 +177,20 @@ MODELS = {
         TOL,
     ),
     "t5": (t5, TOL),
+    # Its scan runs under vmap, which fxmlir's own trace cannot functionalise: the graph goes
+    # through aot_autograd instead, with functorch's state restored after the failed trace.
+    "mamba": (
+        language(
+            "MambaConfig",
+            "MambaForCausalLM",
+            "logits",
+            hidden_size=64,
+            num_hidden_layers=2,
+            vocab_size=1000,
+            state_size=8,
+        ),
+        TOL,
+    ),
     "clip_text": (
         language(
             "CLIPTextConfig", "CLIPTextModel", "last_hidden_state", **SMALL, num_attention_heads=2
