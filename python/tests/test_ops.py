@@ -1544,6 +1544,15 @@ def conv_samples(dt):
             [m(1, 4, 6, 6), m(8, 1, 3, 3), m(8)],
             lambda op, x, w, b: op(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 4),
         ),
+        # 8 or more channels per group: a product batched over the groups for floats.
+        S(
+            "grouped_product",
+            [m(2, 16, 6, 5), m(24, 8, 3, 3), m(24), m(1, 32, 20), m(32, 8, 4)],
+            lambda op, x, w, b, x1, w1: (
+                op(x, w, b, [1, 2], [1, 1], [1, 1], False, [0, 0], 2),
+                op(x1, w1, None, [1], [2], [1], False, [0], 4),
+            ),
+        ),
     ]
     # Eager has no dilated or transposed convolution for int32, int8 and uint8.
     if dt.is_floating_point or dt == i64:

@@ -10,14 +10,20 @@
 //! The padded input is the input written into a zero canvas ([`place`]); a transposed
 //! convolution is the correlation of the input spread out by its stride (zeros between
 //! elements), padded by `d (k - 1) - p` on the left (negative amounts crop), with the spatially
-//! flipped kernel whose channel axes are swapped. Float convolutions with one group become an
-//! im2col matrix product (a generic gathers the patches, `linalg.matmul` multiplies them by the
-//! weight matrix, and the matmul schedule vectorises it); grouped (depthwise) and integer ones
-//! are one direct `linalg.generic` with the group as its own loop. Accumulation is in f32 for
+//! flipped kernel whose channel axes are swapped. Float convolutions become an im2col matrix
+//! product (a generic gathers the patches, `linalg.matmul` multiplies them by the weight
+//! matrix, or `linalg.batch_matmul` group by group, and the matmul schedule vectorises it);
+//! depthwise-like ones (fewer than 8 channels per group) and integer ones are one direct
+//! `linalg.generic` with the group as its own loop. Accumulation is in f32 for
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
 use super::resize::{affine, check_shape, dims, place};
+
+/// Input and output channels per group from which a grouped convolution is a batched matrix
+/// product (each group's product at least 8 x 8 by its taps); below it, a depthwise-like one
+/// stays a direct loop nest.
+const GROUP_PRODUCT_CHANNELS: i64 = 8;
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
@@ -232,9 +238,12 @@ fn lower_convolution<'c, 'a>(
         stride: &correlation_stride,
         dilation: &dilation,
     };
-    // Floats without groups become an im2col matrix product (the scheduled, vectorised path);
-    // grouped (depthwise) and integer convolutions stay one direct generic.
-    let (sum, read_sum) = if groups == 1 && acc.is_float() && in_per_group > 0 {
+    // Floats become an im2col matrix product (the scheduled, vectorised path), batched over
+    // the groups if there are several; depthwise-like convolutions (too few channels per
+    // group for a product) and integer ones stay one direct generic.
+    let per_group = in_per_group.min(out_channels / groups);
+    let product = groups == 1 || per_group >= GROUP_PRODUCT_CHANNELS;
+    let (sum, read_sum) = if product && acc.is_float() && in_per_group > 0 {
         let product = im2col_product(ctx, &geometry, &padded, &weight, acc)?;
         // [cout, n, o…] read as [n, cout, o…].
         let mut read = dims([1, 0]);
@@ -370,9 +379,10 @@ fn direct_correlation<'c, 'a>(
     })
 }
 
-/// Ungrouped float convolution as a matrix product: the patches
-/// `p[(c, k…), (n, o…)] = x[n, c, o·s + k·d]` (converted to `acc`) and the weight as
-/// [cout, c·k…] give `w @ p`, [cout, n, o…], as one `linalg.matmul`.
+/// Float convolution as a matrix product: the patches
+/// `p[g, (c, k…), (n, o…)] = x[n, g, c, o·s + k·d]` (converted to `acc`) and the weight as
+/// [g, cout / g, c·k…] give `w @ p`, [cout, n, o…]: one `linalg.matmul` without groups, one
+/// `linalg.batch_matmul` over the groups with them.
 fn im2col_product<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
@@ -384,18 +394,32 @@ fn im2col_product<'c, 'a>(
     let channels = geo.in_per_group;
     let taps: i64 = channels * geo.kernel.iter().product::<i64>();
     let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
-    // Loops: c, k…, n, o… (the patch matrix's rows, then its columns).
-    let rank = 2 + 2 * nd;
-    let mut patch_shape = vec![channels];
+    // Without groups, no group loop: the patches and the product are plain matrices.
+    let lead: Vec<i64> = if geo.groups > 1 {
+        vec![geo.groups]
+    } else {
+        vec![]
+    };
+    let g = lead.len();
+    let mut grouped_input = vec![geo.batch];
+    grouped_input.extend(&lead);
+    grouped_input.push(channels);
+    grouped_input.extend(&padded.shape[2..]);
+    let input = ctx.reshape(padded, &grouped_input)?;
+    // Loops: (g), c, k…, n, o… (the patch matrix's rows, then its columns).
+    let rank = g + 2 + 2 * nd;
+    let mut patch_shape = lead.clone();
+    patch_shape.push(channels);
     patch_shape.extend(geo.kernel);
     patch_shape.push(geo.batch);
     patch_shape.extend(geo.out_spatial);
-    let mut read = dims([1 + nd, 0]);
-    read.extend(geo.taps(|i| 2 + nd + i, |i| 1 + i));
+    let mut read = dims([g + 1 + nd]);
+    read.extend(dims(0..g + 1));
+    read.extend(geo.taps(|i| g + 2 + nd + i, |i| g + 1 + i));
     let init = ctx.e.empty(&patch_shape, acc)?;
-    let from = padded.dtype;
+    let from = input.dtype;
     let patches = ctx.e.generic(
-        &[(padded.value, affine(rank, &read))],
+        &[(input.value, affine(rank, &read))],
         &[(init, emit::identity_map(rank))],
         &vec![Iter::Parallel; rank],
         |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
@@ -405,21 +429,26 @@ fn im2col_product<'c, 'a>(
         shape: patch_shape,
         dtype: acc,
     };
-    let patches = ctx.reshape(&patches, &[taps, columns])?;
-    let matrix = ctx.reshape(weight, &[geo.out_channels, taps])?;
+    let rows = geo.out_channels / geo.groups;
+    let patches = ctx.reshape(&patches, &[lead.clone(), vec![taps, columns]].concat())?;
+    let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;
-    let zero = ctx
-        .e
-        .splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
+    let product_shape = [lead, vec![rows, columns]].concat();
+    let zero = ctx.e.splat(&product_shape, acc, Scalar::Int(0))?;
+    let name = if g == 0 {
+        "linalg.matmul"
+    } else {
+        "linalg.batch_matmul"
+    };
     let product = ctx
         .e
-        .named_linalg("linalg.matmul", &[matrix.value, patches.value], zero)?;
+        .named_linalg(name, &[matrix.value, patches.value], zero)?;
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
     ctx.reshape(
         &Tensor {
             value: product,
-            shape: vec![geo.out_channels, columns],
+            shape: product_shape,
             dtype: acc,
         },
         &shape,
