@@ -19,7 +19,8 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, aliasing, fastpath, hoist, inference, interchange, partition, runtime
+from . import _fxmlir, aliasing, hoist, inference, interchange, partition, runtime
+from . import decompositions as written_out
 from .config import config
 
 log = logging.getLogger("fxmlir")
@@ -82,12 +83,13 @@ def supported_ops() -> frozenset[str]:
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
     """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole),
-    and PyTorch's fused inference fast paths written out (:mod:`fxmlir.fastpath`)."""
+    and fxmlir's own (:mod:`fxmlir.decompositions`): PyTorch's fused inference fast paths and
+    the backward ops core ATen leaves whole."""
     from torch._decomp import core_aten_decompositions
 
     native = supported_ops()
     core = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in native}
-    return {**core, **fastpath.DECOMPOSITIONS}
+    return {**core, **written_out.DECOMPOSITIONS}
 
 
 class GraphCompiler:

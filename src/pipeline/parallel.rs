@@ -109,6 +109,17 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
     let mut ranges = vec![None; parallel.len()];
     for (i, operand) in op.operands().enumerate() {
         let map = maps.element(i).ok()?.to_string();
+        // An operand read backwards along a loop (a transposed convolution's flipped kernel,
+        // `-d3 + 2`): tiling computes that operand's slices as if every read went forwards,
+        // so a tile of any loop reads a slice of the wrong size. Such an op is not split.
+        let backwards = map_results(&map)?.into_iter().any(|result| {
+            result
+                .split(|c: char| c.is_whitespace() || "+*()".contains(c))
+                .any(|token| token.strip_prefix('-').and_then(result_dim).is_some())
+        });
+        if backwards {
+            return None;
+        }
         let Some((shape, _)) = tensor_shape(operand) else {
             continue;
         };

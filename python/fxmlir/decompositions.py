@@ -1,0 +1,159 @@
+"""fxmlir's own decompositions, added to core ATen's for every graph it traces.
+
+PyTorch's fused inference fast paths, traced as the ops they fuse. In eval mode without
+gradients, ``nn.TransformerEncoderLayer`` (batch-first, ReLU or GELU) calls one ATen op for the
+whole layer, ``aten._transformer_encoder_layer_fwd``, which has no decomposition: left whole it
+runs in eager PyTorch and splits the graph around it. Here it becomes the layer written out
+(the linear layers, ``scaled_dot_product_attention``, layer norms and residual additions that
+the module's own slow path computes), which fxmlir lowers and fuses like any other model. A
+layer given a mask keeps the fused op: the fast path's masks come in several forms (key
+padding, per-head, merged) whose conventions are the native kernel's own.
+
+Backward ops that core ATen leaves whole, so that a training step's backward graph compiles
+in one piece: a convolution's backward as convolutions (the input's gradient is the transposed
+convolution of the output's; the weight's, for one group, a convolution of the input by the
+output's gradient with batch and channels swapped), and max pooling's as PyTorch's own
+scatter-add decomposition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._decomp import decomposition_table
+
+aten = torch.ops.aten
+
+
+def _self_attention(
+    x: torch.Tensor,
+    heads: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+) -> torch.Tensor:
+    """Multi-head self-attention of ``x`` [B, L, E] with packed q/k/v projections."""
+    batch, length, embed = x.shape
+    q, k, v = F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(batch, length, heads, embed // heads).transpose(1, 2)
+
+    scale = 1.0 / math.sqrt(embed // heads)
+    attended = F.scaled_dot_product_attention(split(q), split(k), split(v), scale=scale)
+    return F.linear(attended.transpose(1, 2).reshape(batch, length, embed), proj_weight, proj_bias)
+
+
+def transformer_encoder_layer(
+    src: torch.Tensor,
+    embed_dim: int,
+    num_heads: int,
+    qkv_weight: torch.Tensor,
+    qkv_bias: torch.Tensor,
+    proj_weight: torch.Tensor,
+    proj_bias: torch.Tensor,
+    use_gelu: bool,
+    norm_first: bool,
+    eps: float,
+    norm_weight_1: torch.Tensor,
+    norm_bias_1: torch.Tensor,
+    norm_weight_2: torch.Tensor,
+    norm_bias_2: torch.Tensor,
+    ffn_weight_1: torch.Tensor,
+    ffn_bias_1: torch.Tensor,
+    ffn_weight_2: torch.Tensor,
+    ffn_bias_2: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    mask_type: int | None = None,
+) -> Any:
+    """``aten._transformer_encoder_layer_fwd`` without a mask on a [B, L, E] input;
+    ``NotImplemented`` (the op stays whole) otherwise."""
+    if mask is not None or src.dim() != 3 or src.is_nested:
+        return NotImplemented
+
+    def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+    def feed_forward(x: torch.Tensor) -> torch.Tensor:
+        hidden = F.linear(x, ffn_weight_1, ffn_bias_1)
+        hidden = F.gelu(hidden) if use_gelu else F.relu(hidden)
+        return F.linear(hidden, ffn_weight_2, ffn_bias_2)
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        return _self_attention(x, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias)
+
+    if norm_first:
+        x = src + attend(norm(src, norm_weight_1, norm_bias_1))
+        return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
+    x = norm(src + attend(src), norm_weight_1, norm_bias_1)
+    return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
+
+
+def convolution_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias_sizes: list[int] | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> Any:
+    """``aten.convolution_backward`` of a convolution that is not transposed, as convolutions;
+    ``NotImplemented`` (the op stays whole) for a transposed one, or for the weight's gradient
+    of a grouped one."""
+    if transposed or (output_mask[1] and groups != 1):
+        return NotImplemented
+    spatial = range(2, x.dim())
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        # Output padding: the input positions after the last window's reach.
+        extra = [
+            x.shape[d]
+            + 2 * padding[i]
+            - dilation[i] * (weight.shape[d] - 1)
+            - 1
+            - (grad.shape[d] - 1) * stride[i]
+            for i, d in enumerate(spatial)
+        ]
+        grad_input = aten.convolution.default(
+            grad, weight, None, stride, padding, dilation, True, extra, groups
+        )
+    if output_mask[1]:
+        # w'[c, o, k…] = sum over n and o… of x[n, c, o·s + k·d] · grad[n, o, o…]: the
+        # input's channels as the batch, the gradient's as the filters, stride and dilation
+        # swapping roles; windows past the kernel (inputs no window reached) are cut off.
+        swapped = aten.convolution.default(
+            x.transpose(0, 1),
+            grad.transpose(0, 1),
+            None,
+            dilation,
+            padding,
+            stride,
+            False,
+            [0] * len(stride),
+            1,
+        )
+        kernel = [slice(None), slice(None)] + [slice(0, weight.shape[d]) for d in spatial]
+        grad_weight = swapped[tuple(kernel)].transpose(0, 1).contiguous()
+    if output_mask[2]:
+        grad_bias = grad.sum([0, *spatial])
+    return grad_input, grad_weight, grad_bias
+
+
+#: Op -> the function that writes it out.
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer,
+    aten.convolution_backward.default: convolution_backward,
+    aten.max_pool2d_with_indices_backward.default: decomposition_table[
+        aten.max_pool2d_with_indices_backward.default
+    ],
+}

@@ -1,0 +1,91 @@
+"""fxmlir's own decompositions. PyTorch's fused inference fast paths are written out: an
+``nn.TransformerEncoder`` in eval mode without gradients (one
+``aten._transformer_encoder_layer_fwd`` per layer) compiles whole and matches eager; a masked
+layer keeps the fused op, which runs in eager PyTorch. The backward ops core ATen leaves whole
+are written out too: a CNN's training step compiles in two graphs with nothing left to eager."""
+
+import fxmlir
+import pytest
+import torch
+
+# Sums over at most 128 terms, in another order than eager's.
+ATOL = RTOL = 1e-5
+
+
+def encoder(norm_first: bool, activation: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        64, 4, 128, batch_first=True, norm_first=norm_first, activation=activation
+    )
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_layers_compile_whole(norm_first, activation):
+    model, x = encoder(norm_first, activation), torch.randn(2, 10, 64)
+    with torch.no_grad():
+        expected = model(x)
+        report = fxmlir.explain(model, x)
+    torch.testing.assert_close(report.output, expected, atol=ATOL, rtol=RTOL)
+    assert report.fallback_counts == {}, str(report)
+    assert len(report.graphs) == 1, str(report)
+
+
+def test_a_masked_encoder_layer_keeps_the_fused_op():
+    model, x = encoder(False, "relu"), torch.randn(2, 10, 64)
+    padding = torch.zeros(2, 10, dtype=torch.bool)
+    padding[1, 7:] = True
+    with torch.no_grad():
+        expected = model(x, src_key_padding_mask=padding)
+        report = fxmlir.explain(lambda x: model(x, src_key_padding_mask=padding), x)
+    torch.testing.assert_close(report.output, expected, atol=ATOL, rtol=RTOL)
+    assert report.fallback_counts == {"aten._transformer_encoder_layer_fwd.default": 2}
+
+
+def cnn() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=2, dilation=2, bias=False),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
+    ).train()
+
+
+def gradients(model: torch.nn.Module, fn, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    fn(x).square().mean().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
+    # Strided, padded, dilated and bias-free convolutions, batch norm in training mode, max
+    # pooling: the backward's convolution_backward and max_pool2d_with_indices_backward are
+    # written out as convolutions and a scatter-add.
+    model, x = cnn(), torch.randn(2, 3, 17, 15)
+    expected = gradients(model, model, x)
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
+    assert [f.op for f in fxmlir.partition.fallbacks if f.seq > before] == []
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+
+
+def test_a_grouped_convolution_keeps_its_backward_whole():
+    # The weight's gradient of a grouped convolution is not written out: the op runs eagerly.
+    torch.manual_seed(0)
+    model = torch.nn.Conv2d(4, 8, 3, groups=2).train()
+    x = torch.randn(2, 4, 6, 6)
+    expected = gradients(model, model, x)
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
+    fallbacks = [f.op for f in fxmlir.partition.fallbacks if f.seq > before]
+    assert fallbacks == ["aten.convolution_backward.default"]
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
