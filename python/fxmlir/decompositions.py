@@ -11,9 +11,9 @@ padding, per-head, merged) whose conventions are the native kernel's own.
 
 Backward ops that core ATen leaves whole, so that a training step's backward graph compiles
 in one piece: a convolution's backward as convolutions (the input's gradient is the transposed
-convolution of the output's; the weight's, for one group, a convolution of the input by the
-output's gradient with batch and channels swapped), and max pooling's as PyTorch's own
-scatter-add decomposition.
+convolution of the output's; the weight's a grouped convolution of the input by the output's
+gradient with batch and channels swapped), and max pooling's as PyTorch's own scatter-add
+decomposition.
 """
 
 from __future__ import annotations
@@ -108,9 +108,8 @@ def convolution_backward(
     output_mask: list[bool],
 ) -> Any:
     """``aten.convolution_backward`` of a convolution that is not transposed, as convolutions;
-    ``NotImplemented`` (the op stays whole) for a transposed one, or for the weight's gradient
-    of a grouped one."""
-    if transposed or (output_mask[1] and groups != 1):
+    ``NotImplemented`` (the op stays whole) for a transposed one."""
+    if transposed:
         return NotImplemented
     spatial = range(2, x.dim())
     grad_input = grad_weight = grad_bias = None
@@ -128,19 +127,21 @@ def convolution_backward(
             grad, weight, None, stride, padding, dilation, True, extra, groups
         )
     if output_mask[1]:
-        # w'[c, o, k…] = sum over n and o… of x[n, c, o·s + k·d] · grad[n, o, o…]: the
-        # input's channels as the batch, the gradient's as the filters, stride and dilation
-        # swapping roles; windows past the kernel (inputs no window reached) are cut off.
+        # w'[(g, o), c, k…] = sum over n and o… of x[n, (g, c), o·s + k·d] · grad[n, (g, o), o…]:
+        # a grouped convolution whose batch is the input's channels within a group, whose
+        # input channels are (group, n) and whose filters the gradient's channels, stride and
+        # dilation swapping roles; windows past the kernel (inputs no window reached) are cut.
+        batch, rest = x.shape[0], x.shape[2:]
+        within = x.shape[1] // groups
+        outs = grad.shape[1] // groups
+        rows = x.reshape(batch, groups, within, *rest).transpose(0, 2)
+        rows = rows.reshape(within, groups * batch, *rest)
+        filters = grad.reshape(batch, groups, outs, *grad.shape[2:]).permute(
+            1, 2, 0, *range(3, grad.dim() + 1)
+        )
+        filters = filters.reshape(groups * outs, batch, *grad.shape[2:])
         swapped = aten.convolution.default(
-            x.transpose(0, 1),
-            grad.transpose(0, 1),
-            None,
-            dilation,
-            padding,
-            stride,
-            False,
-            [0] * len(stride),
-            1,
+            rows, filters, None, dilation, padding, stride, False, [0] * len(stride), groups
         )
         kernel = [slice(None), slice(None)] + [slice(0, weight.shape[d]) for d in spatial]
         grad_weight = swapped[tuple(kernel)].transpose(0, 1).contiguous()

@@ -77,11 +77,32 @@ def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
         torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
 
 
-def test_a_grouped_convolution_keeps_its_backward_whole():
-    # The weight's gradient of a grouped convolution is not written out: the op runs eagerly.
+@pytest.mark.parametrize(
+    "conv, shape",
+    [
+        (lambda: torch.nn.Conv2d(4, 8, 3, groups=2), (2, 4, 6, 6)),
+        (lambda: torch.nn.Conv2d(6, 6, 3, groups=6, stride=2, padding=1), (3, 6, 9, 8)),
+        (lambda: torch.nn.Conv1d(4, 6, 5, stride=3, padding=2, dilation=2), (2, 4, 23)),
+        (lambda: torch.nn.Conv3d(2, 3, 3, stride=(1, 2, 1), padding=1), (1, 2, 5, 6, 7)),
+    ],
+    ids=["grouped", "depthwise", "conv1d", "conv3d"],
+)
+def test_convolution_backward_compiles_whole(conv, shape):
     torch.manual_seed(0)
-    model = torch.nn.Conv2d(4, 8, 3, groups=2).train()
-    x = torch.randn(2, 4, 6, 6)
+    model, x = conv().train(), torch.randn(shape)
+    expected = gradients(model, model, x)
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
+    assert [f.op for f in fxmlir.partition.fallbacks if f.seq > before] == []
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+
+
+def test_a_transposed_convolution_keeps_its_backward_whole():
+    # The backward of a transposed convolution is not written out: the op runs eagerly.
+    torch.manual_seed(0)
+    model = torch.nn.ConvTranspose2d(4, 3, 3, stride=2).train()
+    x = torch.randn(2, 4, 5, 5)
     expected = gradients(model, model, x)
     before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
     actual = gradients(model, torch.compile(model, backend="fxmlir"), x)

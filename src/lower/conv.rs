@@ -177,7 +177,12 @@ fn lower_convolution<'c, 'a>(
         flipped.extend(&kernel);
         let rank = nd + 3;
         let mut read = vec!["d0".to_string(), "d2".to_string(), "d1".to_string()];
-        read.extend((0..nd).map(|i| format!("{} - d{}", kernel[i] - 1, i + 3)));
+        // A kernel dimension of one is read as it is: a map without a reversed dimension is a
+        // plain permutation, which the parallel stage can split and transpose in registers.
+        read.extend((0..nd).map(|i| match kernel[i] {
+            1 => format!("d{}", i + 3),
+            k => format!("{} - d{}", k - 1, i + 3),
+        }));
         let init = ctx.e.empty(&flipped, w.dtype)?;
         let value = if flipped.contains(&0) {
             init

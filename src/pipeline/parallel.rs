@@ -107,18 +107,17 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
         .collect();
     let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
     let mut ranges = vec![None; parallel.len()];
+    // Loops an operand is read backwards along (a transposed convolution's flipped kernel,
+    // `-d3 + 2`).
+    let mut backwards = Vec::new();
     for (i, operand) in op.operands().enumerate() {
         let map = maps.element(i).ok()?.to_string();
-        // An operand read backwards along a loop (a transposed convolution's flipped kernel,
-        // `-d3 + 2`): tiling computes that operand's slices as if every read went forwards,
-        // so a tile of any loop reads a slice of the wrong size. Such an op is not split.
-        let backwards = map_results(&map)?.into_iter().any(|result| {
-            result
-                .split(|c: char| c.is_whitespace() || "+*()".contains(c))
-                .any(|token| token.strip_prefix('-').and_then(result_dim).is_some())
-        });
-        if backwards {
-            return None;
+        for result in map_results(&map)? {
+            backwards.extend(
+                result
+                    .split(|c: char| c.is_whitespace() || "+*()".contains(c))
+                    .filter_map(|token| token.strip_prefix('-').and_then(result_dim)),
+            );
         }
         let Some((shape, _)) = tensor_shape(operand) else {
             continue;
@@ -131,7 +130,17 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
             }
         }
     }
-    Some((ranges.into_iter().collect::<Option<_>>()?, parallel))
+    let ranges: Vec<i64> = ranges.into_iter().collect::<Option<_>>()?;
+    // Tiling computes every operand's slices as if each read went forwards: along such a loop
+    // (of more than one iteration), a tile of any loop reads a slice of the wrong size. Such
+    // an op is not split.
+    if backwards
+        .iter()
+        .any(|&d| ranges.get(d).is_none_or(|&r| r > 1))
+    {
+        return None;
+    }
+    Some((ranges, parallel))
 }
 
 /// The loops of a structured op fxmlir emits: generics from their maps; `linalg.fill`,
