@@ -64,17 +64,22 @@ def gradients(model: torch.nn.Module, fn, x: torch.Tensor) -> list[torch.Tensor]
     return [p.grad.clone() for p in model.parameters()]
 
 
+def compiled_step(model: torch.nn.Module, x: torch.Tensor) -> list[str]:
+    """One training step compiled with fxmlir, its gradients checked against eager's; the ops
+    that ran in eager PyTorch."""
+    expected = gradients(model, model, x)
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+    return [f.op for f in fxmlir.partition.fallbacks if f.seq > before]
+
+
 def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
     # Strided, padded, dilated and bias-free convolutions, batch norm in training mode, max
     # pooling: the backward's convolution_backward and max_pool2d_with_indices_backward are
     # written out as convolutions and a scatter-add.
-    model, x = cnn(), torch.randn(2, 3, 17, 15)
-    expected = gradients(model, model, x)
-    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
-    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
-    assert [f.op for f in fxmlir.partition.fallbacks if f.seq > before] == []
-    for a, e in zip(actual, expected, strict=True):
-        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+    assert compiled_step(cnn(), torch.randn(2, 3, 17, 15)) == []
 
 
 @pytest.mark.parametrize(
@@ -89,24 +94,12 @@ def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
 )
 def test_convolution_backward_compiles_whole(conv, shape):
     torch.manual_seed(0)
-    model, x = conv().train(), torch.randn(shape)
-    expected = gradients(model, model, x)
-    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
-    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
-    assert [f.op for f in fxmlir.partition.fallbacks if f.seq > before] == []
-    for a, e in zip(actual, expected, strict=True):
-        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+    assert compiled_step(conv().train(), torch.randn(shape)) == []
 
 
 def test_a_transposed_convolution_keeps_its_backward_whole():
     # The backward of a transposed convolution is not written out: the op runs eagerly.
     torch.manual_seed(0)
     model = torch.nn.ConvTranspose2d(4, 3, 3, stride=2).train()
-    x = torch.randn(2, 4, 5, 5)
-    expected = gradients(model, model, x)
-    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
-    actual = gradients(model, torch.compile(model, backend="fxmlir"), x)
-    fallbacks = [f.op for f in fxmlir.partition.fallbacks if f.seq > before]
+    fallbacks = compiled_step(model, torch.randn(2, 4, 5, 5))
     assert fallbacks == ["aten.convolution_backward.default"]
-    for a, e in zip(actual, expected, strict=True):
-        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
