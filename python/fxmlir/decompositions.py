@@ -12,8 +12,8 @@ padding, per-head, merged) whose conventions are the native kernel's own.
 Backward ops that core ATen leaves whole, so that a training step's backward graph compiles
 in one piece: a convolution's backward as convolutions (the input's gradient is the transposed
 convolution of the output's; the weight's a grouped convolution of the input by the output's
-gradient with batch and channels swapped), and max pooling's as PyTorch's own scatter-add
-decomposition.
+gradient with batch and channels swapped, or for a 1x1 kernel one matrix product), and max
+pooling's as PyTorch's own scatter-add decomposition.
 """
 
 from __future__ import annotations
@@ -126,7 +126,16 @@ def convolution_backward(
         grad_input = aten.convolution.default(
             grad, weight, None, stride, padding, dilation, True, extra, groups
         )
-    if output_mask[1]:
+    pointwise = groups == 1 and all(weight.shape[d] == 1 for d in spatial) and not any(padding)
+    if output_mask[1] and pointwise:
+        # A 1x1 kernel: w'[o, c] = sum over n and o… of grad[n, o, o…] · x[n, c, o·s], one
+        # matrix product over every batch element and position.
+        taken = x[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
+        taken = taken[(slice(None), slice(None), *(slice(0, grad.shape[d]) for d in spatial))]
+        rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
+        columns = taken.transpose(0, 1).reshape(x.shape[1], -1)
+        grad_weight = (rows @ columns.t()).reshape(weight.shape)
+    elif output_mask[1]:
         # w'[(g, o), c, k…] = sum over n and o… of x[n, (g, c), o·s + k·d] · grad[n, (g, o), o…]:
         # a grouped convolution whose batch is the input's channels within a group, whose
         # input channels are (group, n) and whose filters the gradient's channels, stride and

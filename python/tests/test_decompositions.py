@@ -89,8 +89,10 @@ def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
         (lambda: torch.nn.Conv2d(6, 6, 3, groups=6, stride=2, padding=1), (3, 6, 9, 8)),
         (lambda: torch.nn.Conv1d(4, 6, 5, stride=3, padding=2, dilation=2), (2, 4, 23)),
         (lambda: torch.nn.Conv3d(2, 3, 3, stride=(1, 2, 1), padding=1), (1, 2, 5, 6, 7)),
+        # A 1x1 kernel's weight gradient is one matrix product over batch and positions.
+        (lambda: torch.nn.Conv2d(8, 16, 1, stride=2), (2, 8, 9, 7)),
     ],
-    ids=["grouped", "depthwise", "conv1d", "conv3d"],
+    ids=["grouped", "depthwise", "conv1d", "conv3d", "pointwise"],
 )
 def test_convolution_backward_compiles_whole(conv, shape):
     torch.manual_seed(0)
