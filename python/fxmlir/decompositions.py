@@ -130,8 +130,8 @@ def convolution_backward(
     if output_mask[1] and pointwise:
         # A 1x1 kernel: w'[o, c] = sum over n and o… of grad[n, o, o…] · x[n, c, o·s], one
         # matrix product over every batch element and position.
-        taken = x[(slice(None), slice(None), *(slice(None, None, s) for s in stride))]
-        taken = taken[(slice(None), slice(None), *(slice(0, grad.shape[d]) for d in spatial))]
+        reached = (slice(0, (grad.shape[d] - 1) * s + 1, s) for d, s in zip(spatial, stride))
+        taken = x[(slice(None), slice(None), *reached)]
         rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
         columns = taken.transpose(0, 1).reshape(x.shape[1], -1)
         grad_weight = (rows @ columns.t()).reshape(weight.shape)

@@ -143,14 +143,23 @@ impl<'c, 'a> Attention<'c, 'a> {
 
     /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`.
     fn stacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
-        let last = *t.shape.last().unwrap_or(&1);
-        ctx.reshape(t, &[self.bh(), self.rows(), last])
+        self.batched(ctx, t, self.rows())
     }
 
     /// `t` `[B, Hkv, S, X]` as `[B·Hkv, S, X]`.
     fn per_key_head(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+        self.batched(ctx, t, self.s)
+    }
+
+    /// `t` as `[B·Hkv, rows, X]` (`X` its last size).
+    fn batched(
+        &self,
+        ctx: &LowerCtx<'c, 'a>,
+        t: &Tensor<'c, 'a>,
+        rows: i64,
+    ) -> Result<Tensor<'c, 'a>> {
         let last = *t.shape.last().unwrap_or(&1);
-        ctx.reshape(t, &[self.bh(), self.s, last])
+        ctx.reshape(t, &[self.bh(), rows, last])
     }
 
     /// The masked, scaled scores `q @ kᵀ * scale + mask` `[B, H, L, S]` in the accumulator
