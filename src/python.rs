@@ -300,6 +300,13 @@ fn supported_ops() -> PyResult<Vec<(String, String)>> {
     })
 }
 
+/// Whether the schedule computes `fxmlir.mm_pairs` with this host's AVX512-BF16 dot product
+/// (elsewhere the product would stay a plain loop nest, so bf16 products are left as they are).
+#[pyfunction]
+fn bf16_dot() -> bool {
+    crate::pipeline::schedule::Target::host().bf16_dot
+}
+
 /// Names of the registered pipelines.
 #[pyfunction]
 fn pipelines() -> Vec<String> {
@@ -327,5 +334,6 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
+    m.add_function(wrap_pyfunction!(bf16_dot, m)?)?;
     Ok(())
 }

@@ -57,9 +57,9 @@ def _aliasing(node: torch.fx.Node) -> bool:
 
 
 class Split:
-    """The static part of a graph: ``hoisted`` are the nodes computed from weights only whose
-    values the rest of the graph uses; ``cone`` every static node they need, in graph order;
-    ``watched`` the positions of the inputs they read."""
+    """The static part of a graph: ``static_nodes`` are the nodes computed from weights only;
+    ``hoisted`` those of them whose values the rest of the graph uses; ``cone`` every static
+    node they need, in graph order; ``watched`` the positions of the inputs they read."""
 
     def __init__(self, gm: torch.fx.GraphModule, static: frozenset[int]):
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -94,6 +94,7 @@ class Split:
             work[node] = (
                 any(work[i] for i in inputs) or not _aliasing(node) or not out.is_contiguous()
             )
+        self.static_nodes = frozenset(is_static)
         self.hoisted = [
             n
             for n in gm.graph.nodes

@@ -447,7 +447,7 @@ fn im2col_product<'c, 'a>(
     };
     let product = ctx
         .e
-        .named_linalg(name, &[matrix.value, patches.value], zero)?;
+        .named_linalg(name, &[matrix.value, patches.value], zero, &[])?;
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
     ctx.reshape(

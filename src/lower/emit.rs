@@ -490,7 +490,7 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// `linalg.fill` of a fresh tensor with `value` (a scalar of `dtype`).
     pub fn fill(&self, shape: &[i64], dtype: DType, value: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
         let init = self.empty(shape, dtype)?;
-        self.named_linalg("linalg.fill", &[value], init)
+        self.named_linalg("linalg.fill", &[value], init, &[])
     }
 
     pub fn splat(&self, shape: &[i64], dtype: DType, value: Scalar) -> Result<Value<'c, 'a>> {
@@ -498,21 +498,25 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.fill(shape, dtype, v)
     }
 
-    /// A linalg named op (fill, matmul, batch_matmul) with its implicit body filled in.
+    /// A linalg named op (fill, matmul, batch_matmul, contract) with its implicit body filled
+    /// in; `attributes` are the op's own (a contraction's `indexing_maps`).
     pub fn named_linalg(
         &self,
         name: &str,
         inputs: &[Value<'c, 'a>],
         init: Value<'c, 'a>,
+        attributes: &[(&str, Attribute<'c>)],
     ) -> Result<Value<'c, 'a>> {
         let mut operands = inputs.to_vec();
         operands.push(init);
         let segments = self.attr(&format!("array<i32: {}, 1>", inputs.len()))?;
+        let mut attributes = attributes.to_vec();
+        attributes.push(("operandSegmentSizes", segments));
         let op = self.build(
             name,
             &operands,
             &[init.r#type()],
-            &[("operandSegmentSizes", segments)],
+            &attributes,
             vec![Region::new()],
         )?;
         // SAFETY: `op` is a freshly built linalg named op with one empty region, which is what

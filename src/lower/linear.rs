@@ -1,10 +1,11 @@
-//! Matrix products: `mm`, `bmm`, `addmm`. Contractions become linalg named ops, accumulating
-//! half types in f32 as PyTorch's CPU kernels do; epilogues (bias, scaling) are elementwise
-//! generics that the fusion stage folds into the consumer.
+//! Matrix products: `mm`, `bmm`, `addmm`, and fxmlir's own `mm_pairs`. Contractions become
+//! linalg named ops, accumulating half types in f32 as PyTorch's CPU kernels do; epilogues
+//! (bias, scaling) are elementwise generics that the fusion stage folds into the consumer.
 
 use super::{LowerCtx, Operand, Registry, Scalar, Tensor, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
+use crate::pipeline::schedule::PAIR_MAPS;
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -24,6 +25,54 @@ pub(super) fn register(r: &mut Registry) {
     for &(op, product) in LINEAR {
         r.add(op, move |ctx, node| lower_product(ctx, node, product));
     }
+    r.add("fxmlir.mm_pairs.default", lower_pairs);
+}
+
+/// `fxmlir.mm_pairs(a, pairs)`: `a` (m x k, bf16) times a right operand packed in pairs along
+/// the reduction (`pairs[k / 2, n, k % 2]` holds `b[k, n]`), accumulated and returned in f32.
+/// The pairs are the operand layout of AVX512-BF16's dot product, which the schedule maps this
+/// contraction to; `fxmlir.pairs` packs weights so, in the part of the graph that
+/// `fxmlir.hoist` takes out of the kernel.
+fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let out = ctx.out(0)?.clone();
+    let a = ctx.tensor(node, 0)?;
+    let pairs = ctx.tensor(node, 1)?;
+    if a.dtype != DType::Bfloat16 || pairs.dtype != DType::Bfloat16 {
+        return fail(format!(
+            "mm_pairs takes bfloat16 operands, got {} and {}",
+            a.dtype.name(),
+            pairs.dtype.name()
+        ));
+    }
+    let [m, k] = a.shape[..] else {
+        return fail(format!(
+            "mm_pairs: expected a rank-2 left operand, got {:?}",
+            a.shape
+        ));
+    };
+    if pairs.rank() != 3 || pairs.shape[2] != 2 || 2 * pairs.shape[0] != k {
+        return fail(format!(
+            "mm_pairs: the right operand of a {m} x {k} left one must be {} x n x 2, got {:?}",
+            k / 2,
+            pairs.shape
+        ));
+    }
+    let n = pairs.shape[1];
+    let a = ctx.reshape(&a, &[m, k / 2, 2])?;
+    let zero = ctx.e.splat(&[m, n], DType::Float32, Scalar::Int(0))?;
+    let maps = ctx.e.attr(PAIR_MAPS)?;
+    let value = ctx.e.named_linalg(
+        "linalg.contract",
+        &[a.value, pairs.value],
+        zero,
+        &[("indexing_maps", maps)],
+    )?;
+    let product = Tensor {
+        value,
+        shape: vec![m, n],
+        dtype: DType::Float32,
+    };
+    Ok(vec![ctx.cast(&product, out.dtype)?.value])
 }
 
 /// `a @ b` for rank-2 (`linalg.matmul`) or rank-3 (`linalg.batch_matmul`) operands, in the
@@ -69,7 +118,7 @@ pub(super) fn contract<'c, 'a>(
     } else {
         "linalg.batch_matmul"
     };
-    let value = ctx.e.named_linalg(name, &[a.value, b.value], zero)?;
+    let value = ctx.e.named_linalg(name, &[a.value, b.value], zero, &[])?;
     Ok(Tensor {
         value,
         shape,

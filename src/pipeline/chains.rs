@@ -148,10 +148,10 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
 }
 
 /// Builds ops before one anchor op of a function body.
-struct Builder<'c, 'a> {
-    context: &'c Context,
-    anchor: OperationRef<'c, 'a>,
-    location: Location<'c>,
+pub(super) struct Builder<'c, 'a> {
+    pub(super) context: &'c Context,
+    pub(super) anchor: OperationRef<'c, 'a>,
+    pub(super) location: Location<'c>,
 }
 
 impl<'c, 'a> Builder<'c, 'a> {
@@ -168,7 +168,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         Ok(block.insert_operation_before(self.anchor, op))
     }
 
-    fn build(
+    pub(super) fn build(
         &self,
         op: &str,
         operands: &[Value<'c, 'a>],
@@ -195,7 +195,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// `value` (a static tensor) as `shape`: collapsed to 1-D, then expanded.
-    fn reshape(&self, value: Value<'c, 'a>, shape: &[i64]) -> Result<Value<'c, 'a>> {
+    pub(super) fn reshape(&self, value: Value<'c, 'a>, shape: &[i64]) -> Result<Value<'c, 'a>> {
         let (from, element) = tensor_shape(value)
             .ok_or_else(|| failure("a reshape of a dynamic tensor".to_string()))?;
         self.reshape_as("tensor", value, &from, &element, shape)

@@ -7,6 +7,7 @@
 
 mod chains;
 pub mod outline;
+pub mod pairs;
 pub mod parallel;
 pub mod regions;
 pub mod schedule;
@@ -37,7 +38,8 @@ pub struct Stage {
 pub enum Hook {
     /// Passes only.
     None,
-    /// [`schedule::attach`] before the passes, [`schedule::detach`] after them. Should the
+    /// [`schedule::attach`] before the passes, [`schedule::detach`] and
+    /// [`pairs::flatten_reads`] after them. Should the
     /// passes fail, the stage is skipped (the module goes on as it was before the hook, with
     /// the scalar path) with a warning and a reproducer, rather than failing the compile.
     Schedule,
@@ -84,7 +86,12 @@ impl Hook {
     /// (the transform script and its tags), or marks `noalias` or window loops.
     fn finish(self, context: &Context, module: &mut Module) -> Result<()> {
         match self {
-            Hook::Schedule | Hook::Parallel => schedule::detach(module),
+            Hook::Schedule => {
+                schedule::detach(module);
+                let flattened = pairs::flatten_reads(context, module)?;
+                tracing::debug!(reads = flattened, "reads of bf16 pairs flattened");
+            }
+            Hook::Parallel => schedule::detach(module),
             Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
                 let narrowed = regions::narrow(module)?;
@@ -165,7 +172,8 @@ const OUTLINE: Stage = Stage {
 /// Everything to the LLVM dialect: strided metadata and affine maps to arithmetic, loops to
 /// branches, then the dialect conversions. `approximate-log1p=false` keeps log1p exact (libm).
 /// Vector ops go after the math lowerings (libm calls on vectors are scalarised with vector
-/// ops); `vector.contract` becomes outer products (broadcast-FMA). The dialects converted
+/// ops); `vector.contract` becomes outer products (broadcast-FMA), and the schedule's
+/// `x86vector` dot products their AVX512-BF16 intrinsics (`enable-x86vector`). The dialects converted
 /// with their default options go in one `convert-to-llvm` walk: as six passes (memref, arith,
 /// index, cf, func, ub) they took 2.5 times as long, for the same output. OpenMP joined that
 /// walk later: the same output, 15-25% less time in the conversions and the cast
@@ -173,7 +181,7 @@ const OUTLINE: Stage = Stage {
 /// whole compile (mobilenet, resnet18, transformer block, MLP).
 const LLVM: Stage = Stage {
     name: "llvm",
-    pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct},convert-to-llvm{filter-dialects=memref,arith,index,cf,func,ub,omp},reconcile-unrealized-casts)",
+    pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct enable-x86vector},convert-to-llvm{filter-dialects=memref,arith,index,cf,func,ub,omp},reconcile-unrealized-casts)",
     hook: Hook::Llvm,
 };
 

@@ -40,11 +40,15 @@ pub const ENTRY: &str = "__transform_main";
 /// The module attribute that allows named sequences.
 const WITH_NAMED_SEQUENCE: &str = "transform.with_named_sequence";
 
-/// Element types the schedule handles; all three operands must agree.
+/// Element types the schedule handles; all three operands must agree, but for half-precision
+/// operands accumulating in f32 (scheduled as `F32`) and `Bf16Pairs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Element {
     F32,
     F64,
+    /// `fxmlir.mm_pairs`' contraction: bf16 operands in pairs along the reduction (each step
+    /// of `k` is one pair), accumulated in f32 by AVX512-BF16's dot product.
+    Bf16Pairs,
 }
 
 impl Element {
@@ -60,16 +64,27 @@ impl Element {
         match self {
             Element::F32 => "f32",
             Element::F64 => "f64",
+            Element::Bf16Pairs => "bf16 pairs",
         }
     }
 
+    /// Bytes of one step of `k` in an operand row, and of one accumulator (a pair of bf16
+    /// accumulates into one f32).
     pub fn bytes(self) -> i64 {
         match self {
-            Element::F32 => 4,
+            Element::F32 | Element::Bf16Pairs => 4,
             Element::F64 => 8,
         }
     }
 }
+
+/// The indexing maps of `fxmlir.mm_pairs`' `linalg.contract` (loops `m, n, k, pair`), as the
+/// lowering builds them and as the schedule recognises them.
+pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>]";
+
+/// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
+/// the columns of a pairs product's register tile come in groups of this many.
+const PAIR_LANES: i64 = 16;
 
 /// One static contraction: `[batch x] m x k` times `[batch x] k x n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +103,20 @@ pub struct Target {
     pub vector_bytes: i64,
     /// Architectural vector registers (32 with AVX-512, 16 with AVX2).
     pub registers: i64,
+    /// AVX512-BF16's dot product of bf16 pairs (`vdpbf16ps`), for `Element::Bf16Pairs`.
+    pub bf16_dot: bool,
 }
 
 impl Target {
     pub const AVX512: Target = Target {
         vector_bytes: 64,
         registers: 32,
+        bf16_dot: false,
+    };
+
+    pub const AVX512_BF16: Target = Target {
+        bf16_dot: true,
+        ..Target::AVX512
     };
 
     /// The host's vector unit, from LLVM's host feature string.
@@ -103,16 +126,21 @@ impl Target {
             .unwrap_or("");
         let has = |f: &str| features.split(',').any(|x| x == f);
         if has("+avx512f") {
-            Target::AVX512
+            Target {
+                bf16_dot: has("+avx512bf16"),
+                ..Target::AVX512
+            }
         } else if has("+avx") {
             Target {
                 vector_bytes: 32,
                 registers: 16,
+                bf16_dot: false,
             }
         } else {
             Target {
                 vector_bytes: 16,
                 registers: 16,
+                bf16_dot: false,
             }
         }
     }
@@ -232,10 +260,16 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
         })
     });
     let reduction = kc.unwrap_or(p.k);
-    let ku = [4, 2, 1]
-        .into_iter()
-        .find(|u| reduction % u == 0)
-        .unwrap_or(1);
+    // A pairs product's reduction loop steps one pair at a time: its register tile is unrolled
+    // into one dot product per row and vector (see [`emit_pair_lanes`]).
+    let ku = if p.element == Element::Bf16Pairs {
+        1
+    } else {
+        [4, 2, 1]
+            .into_iter()
+            .find(|u| reduction % u == 0)
+            .unwrap_or(1)
+    };
     let columns_outer =
         kc.is_some_and(|c| p.m.saturating_mul(c).saturating_mul(bytes) <= LEFT_BLOCK_L1);
     Tiles {
@@ -436,6 +470,33 @@ fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<P
     })
 }
 
+/// The problem of `fxmlir.mm_pairs`' contraction: [`PAIR_MAPS`] over bf16 operands of
+/// `m x k x 2` and `k x n x 2` and an f32 `m x n` accumulator (`k` counts pairs).
+fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
+    if op.operand_count() != 3
+        || op.result_count() != 1
+        || op.attribute("indexing_maps").ok()?.to_string() != PAIR_MAPS
+    {
+        return None;
+    }
+    let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
+    let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    if (ta.as_str(), tb.as_str(), tc.as_str()) != ("bf16", "bf16", "f32") {
+        return None;
+    }
+    let (&[m, k, 2], &[k2, n, 2], &[m2, n2]) = (a.as_slice(), b.as_slice(), c.as_slice()) else {
+        return None;
+    };
+    (k == k2 && m == m2 && n == n2 && m > 0 && n > 0 && k > 0).then_some(Problem {
+        batch: None,
+        m,
+        n,
+        k,
+        element: Element::Bf16Pairs,
+    })
+}
+
 /// The result expressions of a printed affine map: `["d0", "0"]` for
 /// `affine_map<(d0, d1) -> (d0, 0)>`.
 pub(super) fn map_results(map: &str) -> Option<Vec<&str>> {
@@ -552,6 +613,7 @@ fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
         match name.as_str() {
             "linalg.matmul" => info.problem = contraction_problem(&op, false),
             "linalg.batch_matmul" => info.problem = contraction_problem(&op, true),
+            "linalg.contract" => info.problem = pairs_problem(&op),
             "linalg.generic" => info.elementwise = elementwise_maps(&op),
             _ => {}
         }
@@ -586,6 +648,12 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
         let Some(problem) = info.problem else {
             continue;
         };
+        // Pairs need the dot product, and whole vectors of columns (the lowering's own loops
+        // compute them otherwise).
+        let pairs = problem.element == Element::Bf16Pairs;
+        if pairs && !(target.bf16_dot && problem.n % PAIR_LANES == 0) {
+            continue;
+        }
         let chunks = chunks(&problem, threads, target);
         let tiles = choose(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
         let fill_init = info
@@ -597,7 +665,7 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
         // A single elementwise consumer reading the product with the identity map, writing a
         // result of the same shape: tile it and pull the product into its loop.
         let epilogue = (|| {
-            if tiles.kc.is_some() || tiles.m_split.is_some() || tiles.n_split.is_some() {
+            if pairs || tiles.kc.is_some() || tiles.m_split.is_some() || tiles.n_split.is_some() {
                 return None;
             }
             let result = *info.results.first()?;
@@ -653,6 +721,7 @@ pub(super) fn handles(n: usize) -> String {
 fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
     let t = &p.tiles;
     let batched = p.problem.batch.is_some();
+    let pairs = p.problem.element == Element::Bf16Pairs;
     // The tile choice travels as the location of the match, so the dump shows it.
     let shape = match p.problem.batch {
         Some(b) => format!("{b}x{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
@@ -756,9 +825,12 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                     interchange(sizes.len())
                 )?;
                 emit_reduction_tile(out, &part, &format!("%t{part}"), &with_zero(&[0, 0, t.ku]))?;
+                if pairs {
+                    emit_pair_lanes(out, &part, (mr, *nr))?;
+                }
                 reductions.push(format!("%kl{part}"));
             }
-            emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions)?;
+            emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions, pairs)?;
         } else {
             for (r, (row, mr)) in emit_row_split(out, handle, &name, m_dim, t)?
                 .into_iter()
@@ -766,7 +838,10 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
             {
                 let part = format!("{name}_{r}");
                 let outer = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
-                emit_vectorize(out, &part, &outer, &[format!("%kl{part}")])?;
+                if pairs {
+                    emit_pair_lanes(out, &part, (mr, *nr))?;
+                }
+                emit_vectorize(out, &part, &outer, &[format!("%kl{part}")], pairs)?;
             }
         }
     }
@@ -867,6 +942,20 @@ fn emit_reduction_tile(
     )
 }
 
+/// A pairs product's register tile (`%k<part>`, one step of the reduction) cut into one
+/// `1 x PAIR_LANES` tile per row and vector, its loops unrolled: each vectorises to a
+/// contraction of one pair of the left operand with a vector of pairs of the right one, which
+/// the x86vector patterns turn into a broadcast and a dot product.
+fn emit_pair_lanes(out: &mut String, part: &str, (mr, nr): (i64, i64)) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %u{part}, %ul{part}:2 = transform.structured.tile_using_for %k{part} tile_sizes [1, {PAIR_LANES}] : ({ANY}) -> ({ANY}, {ANY}, {ANY})
+    transform.loop.unroll %ul{part}#1 {{factor = {}}} : {ANY}
+    transform.loop.unroll %ul{part}#0 {{factor = {mr}}} : {ANY}",
+        nr / PAIR_LANES
+    )
+}
+
 /// Register tiles for a product without reduction blocks: tiles the product (or its fused
 /// elementwise consumer, pulling the product in), fuses the fill where it can, and tiles the
 /// reduction. `whole`: the part is the whole product (the fill and epilogue are its own).
@@ -938,19 +1027,26 @@ fn emit_register_tiles(
 /// the row parts' slices out of a reduction block loop would make bufferization copy them.
 /// Canonicalization comes after the hoisting, as it folds single-iteration reduction loops
 /// (which then need no hoisting, but would leave their handles without a replacement).
+/// `pairs`: the contractions become AVX512-BF16 dot products once their accumulators are
+/// hoisted (their unit dimensions stay: the patterns expect them).
 fn emit_vectorize(
     out: &mut String,
     name: &str,
     outer: &str,
     reductions: &[String],
+    pairs: bool,
 ) -> std::fmt::Result {
+    let unit_dims = if pairs {
+        ""
+    } else {
+        "\n      transform.apply_patterns.vector.cast_away_vector_leading_one_dim"
+    };
     writeln!(
         out,
         "    %v{name} = transform.structured.match interface{{LinalgOp}} in {outer} : ({ANY}) -> {ANY}
     transform.structured.vectorize %v{name} {{create_named_contraction}} : {ANY}
     transform.apply_patterns to {outer} {{
-      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
-      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers{unit_dims}
     }} : {ANY}
     %s{name} = transform.structured.match ops{{[\"scf.for\"]}} in {outer} : ({ANY}) -> {ANY}
     transform.apply_licm to %s{name} : {ANY}"
@@ -968,7 +1064,17 @@ fn emit_vectorize(
       transform.apply_patterns.canonicalization
     }} : {ANY}
     transform.apply_cse to {outer} : {ANY}"
-    )
+    )?;
+    if pairs {
+        writeln!(
+            out,
+            "    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.x86vector.vector_contract_to_packed_type_dot_product
+    }} : {ANY}
+    transform.apply_cse to {outer} : {ANY}"
+        )?;
+    }
+    Ok(())
 }
 
 /// The whole schedule as a module holding `@__transform_main`, for the planned contractions

@@ -1,0 +1,141 @@
+"""bf16 matrix products on AVX512-BF16's dot product.
+
+``vdpbf16ps`` multiplies 16 pairs of bf16 values by 16 other pairs and adds each pair's two
+products to an f32 lane: twice the multiply-adds of an f32 FMA per instruction. It wants the
+right operand of ``a @ b`` packed in pairs along the reduction, ``pairs[k // 2, n, k % 2] =
+b[k, n]``, so that one 64-byte load holds a pair for each of 16 columns. Packing costs a copy of
+``b`` per product, which only pays when ``b`` is a weight, packed once.
+
+So before hoisting, each bf16 ``mm`` / ``addmm`` whose right operand the graph computes from
+parameters alone (a linear layer's ``t(weight)``) becomes
+
+    pairs = clone(permute(view(b, [k // 2, 2, n]), [0, 2, 1]))   # weight-only: hoisted
+    out = _to_copy(mm_pairs(a, pairs) [+ bias], bfloat16)
+
+``fxmlir::mm_pairs`` (defined here, with an eager implementation for PyTorch and a fake one for
+tracing) returns the f32 accumulator, so the bias is added before the one rounding to bf16, as
+PyTorch's own bf16 ``addmm`` does. :mod:`fxmlir.hoist` then computes ``pairs`` once, outside
+the kernel; the kernel's schedule turns the product into dot products (see
+``docs/architecture.md``). Hosts without AVX512-BF16, dynamic shapes and products it cannot
+tile (``k`` odd, ``n`` not a multiple of 16) keep the plain bf16 product.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor
+
+from . import _fxmlir, hoist
+
+aten = torch.ops.aten
+
+#: The columns of one dot product: a product's width must be a multiple of it.
+LANES = 16
+
+
+@torch.library.custom_op("fxmlir::mm_pairs", mutates_args=())
+def mm_pairs(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` accumulated in float32, for a bf16 ``a`` (m x k) and ``b`` (k x n) given as
+    ``pairs`` (k/2 x n x 2, ``pairs[k // 2, n, k % 2] = b[k, n]``)."""
+    half, n, _ = pairs.shape
+    return a.float() @ pairs.float().permute(0, 2, 1).reshape(2 * half, n)
+
+
+@mm_pairs.register_fake
+def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dim() == 2 and pairs.dim() == 3 and pairs.shape[2] == 2)
+    torch._check(a.shape[1] == 2 * pairs.shape[0])
+    return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
+
+
+def _val(node: object) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, FakeTensor) else None
+
+
+def _operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, object] | None:
+    """``(a, b, bias)`` of an ``mm`` or of an ``addmm`` with unit scales (``bias`` None for
+    ``mm``); None for anything else."""
+    if node.op != "call_function":
+        return None
+    if node.target is aten.mm.default:
+        a, b = node.args
+        return a, b, None
+    if node.target is aten.addmm.default:
+        bias, a, b, *scales = node.args
+        beta = node.kwargs.get("beta", scales[0] if scales else 1)
+        alpha = node.kwargs.get("alpha", scales[1] if len(scales) > 1 else 1)
+        return (a, b, bias) if beta == 1 and alpha == 1 else None
+    return None
+
+
+def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
+    """Rewrites the bf16 products of ``gm`` whose right operand is computed from the inputs at
+    positions ``static`` alone (see the module docs); returns how many."""
+    if not _fxmlir.bf16_dot():
+        return 0
+    weights = hoist.Split(gm, static).static_nodes
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        operands = _operands(node)
+        if operands is None:
+            continue
+        a, b, bias = operands
+        va, vb = _val(a), _val(b)
+        if (
+            va is None
+            or vb is None
+            or b not in weights
+            or va.dtype != torch.bfloat16
+            or vb.dtype != torch.bfloat16
+            or va.dim() != 2
+            or vb.dim() != 2
+        ):
+            continue
+        k, n = vb.shape
+        if not isinstance(k, int) or not isinstance(n, int) or k % 2 or n % LANES:
+            continue
+        with graph.inserting_before(node):
+            steps = [
+                (aten.view.default, (b, [k // 2, 2, n]), {}),
+                (aten.permute.default, (None, [0, 2, 1]), {}),
+                (aten.clone.default, (None,), {"memory_format": torch.contiguous_format}),
+            ]
+            packed = _chain(graph, node, steps)
+            product = _chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
+            if bias is not None:
+                product = _chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
+            out = _chain(
+                graph, node, [(aten._to_copy.default, (product,), {"dtype": torch.bfloat16})]
+            )
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return rewritten
+
+
+def _chain(
+    graph: torch.fx.Graph,
+    origin: torch.fx.Node,
+    steps: list[tuple[torch._ops.OpOverload, tuple, dict]],
+) -> torch.fx.Node:
+    """Appends ``steps`` (a ``None`` argument is the previous step's node), each with its fake
+    value and ``origin``'s source location; returns the last."""
+    node = None
+    for target, args, kwargs in steps:
+        args = tuple(node if arg is None else arg for arg in args)
+        vals = [_val(arg) if isinstance(arg, torch.fx.Node) else arg for arg in args]
+        fake = next(v for v in vals if isinstance(v, FakeTensor)).fake_mode
+        with fake:
+            val = target(*vals, **kwargs)
+        node = graph.call_function(target, args, kwargs)
+        node.meta["val"] = val
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in origin.meta:
+                node.meta[key] = origin.meta[key]
+    return node
