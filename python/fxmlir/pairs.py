@@ -38,14 +38,25 @@ LANES = 16
 def mm_pairs(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     """``a @ b`` accumulated in float32, for a bf16 ``a`` (m x k) and ``b`` (k x n) given as
     ``pairs`` (k/2 x n x 2, ``pairs[k // 2, n, k % 2] = b[k, n]``)."""
+    _check(a, pairs)
     half, n, _ = pairs.shape
     return a.float() @ pairs.float().permute(0, 2, 1).reshape(2 * half, n)
 
 
+def _check(a: torch.Tensor, pairs: torch.Tensor) -> None:
+    torch._check(
+        a.dtype == torch.bfloat16 and pairs.dtype == torch.bfloat16,
+        lambda: f"mm_pairs takes bfloat16 operands, got {a.dtype} and {pairs.dtype}",
+    )
+    torch._check(
+        a.dim() == 2 and pairs.dim() == 3 and pairs.shape[2] == 2 and a.shape[1] == 2 * pairs.shape[0],
+        lambda: f"mm_pairs: shapes {list(a.shape)} and {list(pairs.shape)} do not match",
+    )
+
+
 @mm_pairs.register_fake
 def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-    torch._check(a.dim() == 2 and pairs.dim() == 3 and pairs.shape[2] == 2)
-    torch._check(a.shape[1] == 2 * pairs.shape[0])
+    _check(a, pairs)
     return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
 
 

@@ -906,6 +906,31 @@ def bmm_samples(dt):
     return out
 
 
+def mm_pairs_samples(dt):
+    """fxmlir's product on a right operand packed in pairs (``fxmlir.pairs``): a width that is
+    no multiple of 16 stays plain loops; the others, on a host with AVX512-BF16, are dot
+    products, here with split rows and columns, and with a reduction block and thread chunks.
+    The edge values leave out subnormals, which the dot product reads as zero (as oneDNN's
+    bf16 products, PyTorch's own, do)."""
+    call = lambda op, a, p: op(a, p)  # noqa: E731
+    two = lambda op, a, p, b, q: (op(a, p), op(b, q))  # noqa: E731
+
+    def packed(k, n):
+        return mk([k // 2, n, 2], dt, -2, 2)
+
+    out = [
+        S("basic", [mk([3, 8], dt, -2, 2), packed(8, 5)], call),
+        S("tiles", [mk([13, 64], dt, -2, 2), packed(64, 48), mk([8, 256], dt), packed(256, 96)], two),
+        S("blocks", [mk([16, 2048], dt, -2, 2), packed(2048, 1024)], call),
+    ]
+    if dt.is_floating_point:
+        s = specials(dt)
+        s = s[(s == 0) | s.isnan() | (s.abs() >= torch.finfo(dt).tiny)]
+        edge = torch.cat([s, s.flip(0)])[:32]
+        out.append(S("edge", [edge[:16].reshape(8, 2), edge.reshape(1, 16, 2)], call))
+    return out
+
+
 def addmm_samples(dt):
     lo, hi = int_range(dt) if not dt.is_floating_point else (-2.0, 2.0)
     scal = (
@@ -3007,6 +3032,8 @@ ROWS: list[Row] = [
     Row("aten.mm.default", NO_BOOL, mm_samples, tol=CLOSE),
     Row("aten.bmm.default", NO_BOOL, bmm_samples, tol=CLOSE),
     Row("aten.addmm.default", NO_BOOL, addmm_samples, tol=CLOSE),
+    # f32 sums of exact products, in another order (pairs, then blocks) than eager's.
+    Row("fxmlir.mm_pairs.default", (bf16,), mm_pairs_samples, tol={f32: (1e-3, 1e-4)}),
     # ---- reductions ----
     Row("aten.sum.default", ALL, reduce_samples("all"), tol=CLOSE, mixed=sum_mixed),
     Row("aten.sum.dim_IntList", ALL, reduce_samples("list"), tol=CLOSE, mixed=sum_dim_mixed),

@@ -1,0 +1,131 @@
+"""bf16 products on AVX512-BF16's dot product (``fxmlir.pairs``): a bf16 linear layer's weight
+is packed in pairs along the reduction once, outside the kernel, and the kernel's product is
+``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register tiles. Products it cannot serve keep
+the plain bf16 product."""
+
+import json
+import pathlib
+
+import fxmlir
+import pytest
+import torch
+from fxmlir import _fxmlir
+
+pytestmark = pytest.mark.skipif(
+    not _fxmlir.bf16_dot(),
+    reason="the host has no AVX512-BF16: fxmlir leaves bf16 products as they are",
+)
+
+# bf16 results of f32 sums: one rounding to bf16 (8 bits) apart at most, over values of a
+# few units.
+ATOL, RTOL = 3e-2, 1.6e-2
+
+
+def _kernel(dump_dir: pathlib.Path) -> tuple[list[str], list[list[int]], str]:
+    """The compiled kernel's node targets, its input shapes and its optimised LLVM IR."""
+    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
+    (llvm,) = [p.read_text() for p in dump_dir.glob("*.ll") if "unoptimized" not in p.name]
+    shapes = [i["meta"]["shape"] for i in document["inputs"]]
+    return [n["target"] for n in document["nodes"]], shapes, llvm
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, d: int = 64, hidden: int = 96, out: int = 32, bias: bool = True):
+        super().__init__()
+        self.up = torch.nn.Linear(d, hidden)
+        self.down = torch.nn.Linear(hidden, out, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def _run(model: torch.nn.Module, x: torch.Tensor, dump_dir: pathlib.Path, **config):
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(dump_dir), **config):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    return _kernel(dump_dir)
+
+
+def test_linear_layers_become_dot_products(tmp_path):
+    torch.manual_seed(0)
+    model = Mlp(bias=False).to(torch.bfloat16).eval()
+    model.up.bias.data.normal_()
+    x = torch.randn(2, 24, 64, dtype=torch.bfloat16)
+    targets, shapes, llvm = _run(model, x, tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == 2, targets
+    assert "aten.mm.default" not in targets and "aten.addmm.default" not in targets, targets
+    # The packed weights are inputs of the kernel (computed once, outside it).
+    assert [32, 96, 2] in shapes and [48, 32, 2] in shapes, shapes
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in llvm
+
+
+def test_changed_weights_are_packed_again(tmp_path):
+    torch.manual_seed(0)
+    model = Mlp().to(torch.bfloat16).eval()
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        compiled = torch.compile(model, backend="fxmlir")
+        compiled(x)
+        model.up.weight.mul_(-2.0)
+        model.down.weight.add_(1.0)
+        actual = compiled(x)
+        expected = model(x)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # An odd reduction has no last pair: the first layer stays plain, the second (96
+        # features in) is packed.
+        ("odd_reduction", Mlp(d=63), (8, 63), 1),
+        # 40 columns are no whole number of 16-lane dot products: both layers stay plain.
+        ("narrow", Mlp(hidden=40, out=40), (8, 64), 0),
+    ],
+    ids=lambda case: case[0],
+)
+def test_products_it_cannot_tile_stay_plain(tmp_path, case):
+    _, model, shape, packed = case
+    torch.manual_seed(0)
+    model = model.to(torch.bfloat16).eval()
+    targets, _, llvm = _run(model, torch.randn(shape, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == packed, targets
+    assert targets.count("aten.addmm.default") == 2 - packed, targets
+    assert ("dpbf16ps" in llvm) == bool(packed)
+
+
+def test_products_of_activations_stay_plain(tmp_path):
+    """Packing per call would cost as much as it saves: only weights are packed."""
+    a = torch.randn(32, 64, dtype=torch.bfloat16)
+    b = torch.randn(64, 48, dtype=torch.bfloat16)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(lambda a, b: a @ b, backend="fxmlir")(a, b)
+    torch.testing.assert_close(actual, a @ b, atol=ATOL, rtol=RTOL)
+    assert "fxmlir.mm_pairs.default" not in _kernel(tmp_path)[0]
+
+
+def test_without_hoisting_weights_are_not_packed(tmp_path):
+    """The packing would run in the kernel on every call."""
+    model = Mlp().to(torch.bfloat16).eval()
+    targets, _, _ = _run(model, torch.randn(8, 64, dtype=torch.bfloat16), tmp_path, hoist=False)
+    assert "fxmlir.mm_pairs.default" not in targets, targets
+
+
+def test_float32_products_are_left_alone(tmp_path):
+    model = Mlp().eval()
+    targets, _, _ = _run(model, torch.randn(8, 64), tmp_path)
+    assert "fxmlir.mm_pairs.default" not in targets, targets
+
+
+def test_the_eager_op_is_the_product_it_stands_for():
+    a = torch.randn(5, 8, dtype=torch.bfloat16)
+    b = torch.randn(8, 16, dtype=torch.bfloat16)
+    packed = b.view(4, 2, 16).permute(0, 2, 1).contiguous()
+    actual = torch.ops.fxmlir.mm_pairs(a, packed)
+    assert actual.dtype == torch.float32
+    torch.testing.assert_close(actual, a.float() @ b.float(), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="mm_pairs takes bfloat16 operands"):
+        torch.ops.fxmlir.mm_pairs(a.float(), packed)
+    with pytest.raises(RuntimeError, match=r"mm_pairs: shapes \[5, 8\] and \[2, 16, 2\]"):
+        torch.ops.fxmlir.mm_pairs(a, packed[:2])
