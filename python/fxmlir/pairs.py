@@ -48,8 +48,14 @@ def _check(a: torch.Tensor, pairs: torch.Tensor) -> None:
         a.dtype == torch.bfloat16 and pairs.dtype == torch.bfloat16,
         lambda: f"mm_pairs takes bfloat16 operands, got {a.dtype} and {pairs.dtype}",
     )
+    shapes_match = (
+        a.dim() == 2
+        and pairs.dim() == 3
+        and pairs.shape[2] == 2
+        and a.shape[1] == 2 * pairs.shape[0]
+    )
     torch._check(
-        a.dim() == 2 and pairs.dim() == 3 and pairs.shape[2] == 2 and a.shape[1] == 2 * pairs.shape[0],
+        shapes_match,
         lambda: f"mm_pairs: shapes {list(a.shape)} and {list(pairs.shape)} do not match",
     )
 

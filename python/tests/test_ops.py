@@ -920,7 +920,11 @@ def mm_pairs_samples(dt):
 
     out = [
         S("basic", [mk([3, 8], dt, -2, 2), packed(8, 5)], call),
-        S("tiles", [mk([13, 64], dt, -2, 2), packed(64, 48), mk([8, 256], dt), packed(256, 96)], two),
+        S(
+            "tiles",
+            [mk([13, 64], dt, -2, 2), packed(64, 48), mk([8, 256], dt), packed(256, 96)],
+            two,
+        ),
         S("blocks", [mk([16, 2048], dt, -2, 2), packed(2048, 1024)], call),
     ]
     if dt.is_floating_point:
