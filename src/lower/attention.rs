@@ -315,7 +315,7 @@ fn lower_flash_attention_backward<'c, 'a>(
             acc,
             |b, x| {
                 let shifted = b.same("arith.subf", &[x[0], x[1]])?;
-                b.same("math.exp", &[shifted])
+                b.exp_shifted(shifted, acc)
             },
         )?,
         shape: shape.to_vec(),

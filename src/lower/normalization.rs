@@ -134,7 +134,7 @@ pub(super) fn softmax<'c, 'a>(
         |b, v| {
             let xv = b.convert(v[0], from, acc)?;
             let shifted = b.same("arith.subf", &[xv, v[1]])?;
-            let e = b.same("math.exp", &[shifted])?;
+            let e = b.exp_shifted(shifted, acc)?;
             Ok(vec![b.same("arith.addf", &[v[2], e])?])
         },
     )?[0];
@@ -156,11 +156,11 @@ pub(super) fn softmax<'c, 'a>(
                     b.same("arith.subf", &[shifted, l])?
                 }
                 Normalise::Exp => {
-                    let e = b.same("math.exp", &[shifted])?;
+                    let e = b.exp_shifted(shifted, acc)?;
                     b.same("arith.divf", &[e, v[2]])?
                 }
                 Normalise::ExpMasked => {
-                    let e = b.same("math.exp", &[shifted])?;
+                    let e = b.exp_shifted(shifted, acc)?;
                     let zero = b.constant(Scalar::Float(0.0), acc)?;
                     let empty = b.cmpf("oeq", v[2], zero)?;
                     let p = b.same("arith.divf", &[e, v[2]])?;
