@@ -1676,6 +1676,35 @@ mod tests {
         assert!(run_product(16, 600, 512, Some(3), true, false));
     }
 
+    /// A `fxmlir.mm_pairs` contraction of `m x 2k` by `k x n x 2`, as the lowering builds it.
+    fn pairs_module(context: &Context, m: i64, k: i64, n: i64) -> Module<'_> {
+        let text = format!(
+            "func.func @f(%a: tensor<{m}x{k}x2xbf16>, %b: tensor<{k}x{n}x2xbf16>, %c: tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %r = linalg.contract indexing_maps = {PAIR_MAPS} ins(%a, %b : tensor<{m}x{k}x2xbf16>, tensor<{k}x{n}x2xbf16>) outs(%c : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %r : tensor<{m}x{n}xf32>
+}}"
+        );
+        Module::parse(context, &text).expect("a valid module")
+    }
+
+    #[test]
+    fn pairs_products_need_the_dot_product_and_whole_vectors() {
+        let context = crate::context::new_context().expect("default LLVM options parse");
+        let planned = plan(&pairs_module(&context, 64, 128, 96), Target::AVX512_BF16, 1);
+        let [p] = planned.as_slice() else {
+            panic!("one product planned, got {}", planned.len());
+        };
+        assert_eq!(p.problem, problem(64, 128, 96, Element::Bf16Pairs));
+        // The tiles of an f32 product of as many steps, one pair per step.
+        let f32_tiles = choose(&problem(64, 128, 96, Element::F32), Target::AVX512);
+        assert_eq!(p.tiles, Tiles { ku: 1, ..f32_tiles });
+        assert!(p.epilogue.is_none());
+        // Without AVX512-BF16, or with a width of no whole number of 16-lane vectors, the
+        // contraction is left to the lowering's loops.
+        assert!(plan(&pairs_module(&context, 64, 128, 96), Target::AVX512, 1).is_empty());
+        assert!(plan(&pairs_module(&context, 64, 128, 40), Target::AVX512_BF16, 1).is_empty());
+    }
+
     #[test]
     fn column_major_left_operand() {
         assert!(run_product(24, 40, 64, None, false, true));
