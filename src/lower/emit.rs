@@ -433,7 +433,10 @@ impl<'c, 'a> Emit<'c, 'a> {
         }
         match (from.is_float(), to.is_float()) {
             (true, true) => {
-                if from.bits() < to.bits() {
+                if from == DType::Bfloat16 {
+                    let wide = self.bfloat16_to_float32(v)?;
+                    self.convert(wide, DType::Float32, to)
+                } else if from.bits() < to.bits() {
                     self.op1("arith.extf", &[v], target, &[])
                 } else if from == DType::Float32 && to == DType::Bfloat16 {
                     self.float32_to_bfloat16(v)
@@ -476,6 +479,23 @@ impl<'c, 'a> Emit<'c, 'a> {
                 }
             }
         }
+    }
+
+    /// bfloat16 -> float32 as the integer ops it is: the 16 bits become the high half. LLVM's
+    /// loop vectoriser prices a vector `fpext` from bfloat as if scalarised, and so vectorised
+    /// every loop holding one 4 lanes wide (a bf16 GPT-2's GELU, residual sums and layer
+    /// norms: a third of its run time), where these integer ops run 16 wide.
+    fn bfloat16_to_float32(&self, v: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let bits = self.op1("arith.bitcast", &[v], self.elem_type(DType::Int16)?, &[])?;
+        let wide = self.op1("arith.extui", &[bits], self.elem_type(DType::Int32)?, &[])?;
+        let shift = self.constant(Scalar::Int(16), DType::Int32)?;
+        let high = self.same("arith.shli", &[wide, shift])?;
+        self.op1(
+            "arith.bitcast",
+            &[high],
+            self.elem_type(DType::Float32)?,
+            &[],
+        )
     }
 
     /// float32 -> bfloat16 by rounding the bits to nearest even, as PyTorch's
