@@ -16,8 +16,9 @@ parameters alone (a linear layer's ``t(weight)``) becomes
 tracing) returns the f32 accumulator, so the bias is added before the one rounding to bf16, as
 PyTorch's own bf16 ``addmm`` does. :mod:`fxmlir.hoist` then computes ``pairs`` once, outside
 the kernel; the kernel's schedule turns the product into dot products (see
-``docs/architecture.md``). Hosts without AVX512-BF16, dynamic shapes and products it cannot
-tile (``k`` odd, ``n`` not a multiple of 16) keep the plain bf16 product.
+``docs/architecture.md``). A width that is no multiple of 16 (GPT-2's vocabulary of 50257) is
+padded with zero columns, which the result drops again. Hosts without AVX512-BF16, dynamic
+shapes, an odd ``k`` and narrow products of such widths keep the plain bf16 product.
 """
 
 from __future__ import annotations
@@ -30,8 +31,13 @@ from . import _fxmlir, hoist
 
 aten = torch.ops.aten
 
-#: The columns of one dot product: a product's width must be a multiple of it.
+#: The columns of one dot product: a product's width is padded to a multiple of it.
 LANES = 16
+
+#: The narrowest product whose width is padded (by at most 15 columns, an eighth of it: as much
+#: as :mod:`fxmlir.hoist` materialises); narrower ones whose width is no multiple of ``LANES``
+#: are left as they are.
+MIN_PADDED = 128
 
 
 @torch.library.custom_op("fxmlir::mm_pairs", mutates_args=())
@@ -112,16 +118,24 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
         ):
             continue
         k, n = vb.shape
-        if not isinstance(k, int) or not isinstance(n, int) or k % 2 or n % LANES:
+        if not isinstance(k, int) or not isinstance(n, int) or k % 2:
+            continue
+        # Columns up to a whole number of dot products: zeros, cut off the result again.
+        pad = -n % LANES
+        if pad and n < MIN_PADDED:
             continue
         with graph.inserting_before(node):
             steps = [
                 (aten.view.default, (b, [k // 2, 2, n]), {}),
                 (aten.permute.default, (None, [0, 2, 1]), {}),
-                (aten.clone.default, (None,), {"memory_format": torch.contiguous_format}),
+                (aten.clone.default, (None,), {"memory_format": torch.contiguous_format})
+                if not pad
+                else (aten.constant_pad_nd.default, (None, [0, 0, 0, pad]), {}),
             ]
             packed = _chain(graph, node, steps)
             product = _chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
+            if pad:
+                product = _chain(graph, node, [(aten.slice.Tensor, (product, 1, 0, n), {})])
             if bias is not None:
                 product = _chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
             out = _chain(

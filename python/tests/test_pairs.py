@@ -80,7 +80,8 @@ def test_changed_weights_are_packed_again(tmp_path):
         # An odd reduction has no last pair: the first layer stays plain, the second (96
         # features in) is packed.
         ("odd_reduction", Mlp(d=63), (8, 63), 1),
-        # 40 columns are no whole number of 16-lane dot products: both layers stay plain.
+        # 40 columns are no whole number of 16-lane dot products, and too few to pad (by an
+        # eighth at most): both layers stay plain.
         ("narrow", Mlp(hidden=40, out=40), (8, 64), 0),
     ],
     ids=lambda case: case[0],
@@ -93,6 +94,16 @@ def test_products_it_cannot_tile_stay_plain(tmp_path, case):
     assert targets.count("fxmlir.mm_pairs.default") == packed, targets
     assert targets.count("aten.addmm.default") == 2 - packed, targets
     assert ("dpbf16ps" in llvm) == bool(packed)
+
+
+def test_wide_products_are_padded_to_whole_vectors(tmp_path):
+    """200 columns: the packed weight gets 8 zero columns, which the result drops."""
+    torch.manual_seed(0)
+    model = Mlp(hidden=200).to(torch.bfloat16).eval()
+    targets, shapes, llvm = _run(model, torch.randn(8, 64, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == 2, targets
+    assert [32, 208, 2] in shapes and [100, 32, 2] in shapes, shapes
+    assert "aten.constant_pad_nd.default" not in targets, targets
 
 
 def test_products_of_activations_stay_plain(tmp_path):
