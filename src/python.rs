@@ -253,6 +253,18 @@ struct Compilation {
 
 #[pymethods]
 impl Compilation {
+    /// Whether the compile has finished (or failed), so that `wait` returns at once.
+    fn done(&self) -> bool {
+        if self.outcome.get().is_some() {
+            return true;
+        }
+        self.thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(JoinHandle::is_finished)
+    }
+
     /// The kernel once the compile has finished, waited for without the GIL; or the compile's
     /// exception, raised again by every later call.
     fn wait(&self, py: Python<'_>) -> PyResult<Py<Kernel>> {

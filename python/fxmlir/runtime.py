@@ -169,7 +169,7 @@ def build(
     if not background:
         return functools.partial(_wrap, plan, job.wait())
     _unfinished.add(job)
-    return functools.partial(_finish, plan, job)
+    return Compiling(plan, job)
 
 
 #: Background compiles not yet waited for: the interpreter waits for them at exit, so that no
@@ -184,12 +184,23 @@ def _wait_for_compiles() -> None:
             job.wait()
 
 
-def _finish(plan: Plan, job: Any) -> tuple[CompiledGraph, str]:
-    try:
-        kernel = job.wait()
-    finally:
-        _unfinished.discard(job)
-    return _wrap(plan, kernel)
+class Compiling:
+    """A background compile: calling it waits for the kernel (see :func:`build`)."""
+
+    def __init__(self, plan: Plan, job: Any):
+        self.plan = plan
+        self.job = job
+
+    def done(self) -> bool:
+        """Whether the compile has finished (or failed): calling waits no more."""
+        return self.job.done()
+
+    def __call__(self) -> tuple[CompiledGraph, str]:
+        try:
+            kernel = self.job.wait()
+        finally:
+            _unfinished.discard(self.job)
+        return _wrap(self.plan, kernel)
 
 
 def _wrap(plan: Plan, kernel: _fxmlir.Kernel) -> tuple[CompiledGraph, str]:

@@ -2,6 +2,8 @@
 compiled, the first call waits for it and records the wait, a compile that fails there falls
 back to partitions, and strict mode still raises at compile time."""
 
+import time
+
 import fxmlir
 import pytest
 import torch
@@ -107,3 +109,62 @@ def test_a_background_compile_raises_its_error_on_every_wait():
     for _ in range(2):
         with pytest.raises(fxmlir.GraphError):
             job.wait()
+
+
+def _dynamic_softmax():
+    def fn(a):
+        return torch.softmax(a * 3.0, dim=-1)
+
+    return fn, make_fx(fn, tracing_mode="symbolic")(torch.randn(5, 6))
+
+
+def _wait_for(compiled: backend.GraphCompiler) -> None:
+    for _ in range(3000):
+        if compiled.compiling is None or compiled.compiling[1].done():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the background compile did not finish in 30 s")
+
+
+def test_new_sizes_of_a_dynamic_graph_run_eagerly_until_their_kernel_is_ready():
+    fn, gm = _dynamic_softmax()
+    x, y = torch.randn(5, 6), torch.randn(9, 6)
+    start = len(backend.history)
+    with fxmlir.config.patch(background=True, cache_dir=None):
+        compiled = fxmlir.compile_graph(gm, [x])
+        # First call with these sizes: eager. Second: eager, and their compile starts.
+        for _ in range(2):
+            torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+        assert len(backend.history) == start
+        assert compiled.compiling is not None
+        _wait_for(compiled)
+        # The next call takes the kernel; other sizes are still eager.
+        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled([y])[0], fn(y), rtol=1e-5, atol=1e-5)
+    (record,) = list(backend.history)[start:]
+    assert record.background and record.source == "compiled"
+    assert len(compiled.specialized) == 1
+
+
+def test_without_background_new_sizes_compile_before_their_call():
+    fn, gm = _dynamic_softmax()
+    x = torch.randn(7, 6)
+    start = len(backend.history)
+    with fxmlir.config.patch(background=False, cache_dir=None):
+        compiled = fxmlir.compile_graph(gm, [x])
+        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+    (record,) = list(backend.history)[start:]
+    assert not record.background
+
+
+def test_sizes_whose_compile_fails_keep_running_eagerly(caplog):
+    fn, gm = _dynamic_softmax()
+    x = torch.randn(3, 6)
+    with fxmlir.config.patch(background=True, pipeline="no-such-pipeline"):
+        compiled = fxmlir.compile_graph(gm, [x])
+        with caplog.at_level("INFO", logger="fxmlir"):
+            for _ in range(4):
+                torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+    assert len(compiled.failed) == 1 and not compiled.specialized
+    assert "run eagerly: their compile failed" in caplog.text
+    assert "no-such-pipeline" in caplog.text
