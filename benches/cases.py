@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from fxmlir.demo import MLP, LastHiddenState, TransformerBlock, bert_model, real_models
+from fxmlir.demo import MLP, TransformerBlock, bert_model, llama_bf16, real_models
 
 #: Elements of the bandwidth-bound cases: 128 MiB of f32 per tensor, so that the input and the
 #: output together (256 MiB) are well beyond the last-level cache.
@@ -128,26 +128,6 @@ def _bert_base():
     return model, (torch.randint(0, 1000, (1, 128)),)
 
 
-def _llama_bf16():
-    """transformers Llama in bfloat16, two layers at d=512 (FFN 1408, 8 query heads sharing 2
-    key and value heads, a vocabulary of 4000), random weights, on 1 x 128 ids: its linear
-    layers are bf16 products on AVX512-BF16's dot product (``fxmlir.pairs``)."""
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=512,
-        intermediate_size=1408,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        vocab_size=4000,
-        max_position_embeddings=128,
-    )
-    model = LastHiddenState(transformers.LlamaForCausalLM(config), "logits")
-    return model.to(torch.bfloat16).eval(), (torch.randint(0, 4000, (1, 128)),)
-
-
 def _gemm(name: str, m: int, k: int, n: int) -> Case:
     return Case(
         name,
@@ -207,7 +187,7 @@ def all_cases() -> dict[str, Case]:
         Case(
             "llama_bf16",
             "model",
-            _llama_bf16,
+            llama_bf16,
             "transformers Llama in bfloat16, 2 layers d=512, 1 x 128 ids",
             extra=True,
         ),

@@ -205,8 +205,10 @@ fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
 /// by `wait`. `Compilation.wait` gives the kernel.
 #[pyfunction]
 #[pyo3(signature = (
-    json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1, background = false
+    json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1, background = false,
+    low_priority = false
 ))]
+#[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
     json: String,
@@ -215,6 +217,7 @@ fn compile(
     cache_dir: Option<PathBuf>,
     threads: usize,
     background: bool,
+    low_priority: bool,
 ) -> PyResult<Compilation> {
     let options = Options {
         pipeline: pipeline.to_string(),
@@ -234,12 +237,29 @@ fn compile(
     let thread = std::thread::Builder::new()
         .name("fxmlir-compile".into())
         .stack_size(crate::jit::COMPILE_STACK)
-        .spawn(move || compile_document(&json, &options))
+        .spawn(move || {
+            if low_priority {
+                lower_priority();
+            }
+            compile_document(&json, &options)
+        })
         .map_err(|e| CompileError::new_err(format!("cannot start a compile thread: {e}")))?;
     Ok(Compilation {
         thread: Mutex::new(Some(thread)),
         outcome: OnceLock::new(),
     })
+}
+
+/// Gives the calling thread the lowest scheduling priority (nice 19), so that a compile of
+/// sizes that run eagerly meanwhile takes only the CPU time the program leaves idle; the
+/// threads it starts (parallel code generation) inherit it. On Linux a thread's nice value is
+/// its own. Should the call fail, the compile runs at normal priority.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority for the calling thread (`who` 0) only changes its scheduling.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+    }
 }
 
 /// A compile (`compile`): finished, or running on a thread of its own.

@@ -92,6 +92,11 @@ def decompositions() -> dict[Any, Callable]:
     return {**core, **written_out.DECOMPOSITIONS}
 
 
+#: A graph with symbolic sizes called with at most this many sizes compiles a size on its
+#: second call; beyond, its sizes change from call to call and compile in the background.
+STABLE_SIZES = 2
+
+
 class GraphCompiler:
     """Compiles one functional ATen graph. Static graphs compile at once, or with
     ``background`` on a thread of their own (exported at once; :meth:`ready` waits for the
@@ -114,10 +119,9 @@ class GraphCompiler:
         self.name = _next_name()
         self.dynamic = interchange.is_dynamic(gm)
         self.specialized: dict[tuple, runtime.CompiledGraph] = {}
-        #: Graphs with symbolic sizes and ``background``: how often each binding was called,
-        #: the bindings called again and waiting for a compile, the one background compile
-        #: under way (its binding and build) and the bindings whose compile failed (they run
-        #: eagerly).
+        #: Graphs with symbolic sizes: how often each binding was called, the bindings called
+        #: again and waiting for a background compile, the one background compile under way
+        #: (its binding and build) and the bindings whose compile failed (they run eagerly).
         self.defer = background
         self.seen: collections.Counter[tuple] = collections.Counter()
         self.queued: collections.OrderedDict[tuple, dict[Any, int]] = collections.OrderedDict()
@@ -195,48 +199,59 @@ class GraphCompiler:
 
     def _dynamic(self, args: list[Any]) -> list[Any]:
         """A call of a graph with symbolic sizes. Without ``background``, new sizes compile
-        before the call runs. With it, no call waits for a compile: sizes run eagerly (the ATen
-        graph, in PyTorch) until their kernel is ready, and sizes seen a second time queue for
-        a compile on a thread of its own (one at a time, started on a call). Sizes that change
-        on every call, such as a decoder's cache length in ``generate()``, would otherwise
-        compile on every call: a small Llama's first 16 tokens took 6.7 s against eager's 17
-        ms."""
+        before their first call runs. With it, a size's first call runs eagerly (the ATen
+        graph, in PyTorch), and its second call compiles it, unless the graph has been called
+        with more than ``STABLE_SIZES`` sizes: then the sizes change from call to call (a
+        decoder's cache length in ``generate()``, which compiled a kernel per token: a small
+        Llama's first 16 tokens took 6.7 s against eager's 17 ms), and sizes that recur queue
+        for a compile on a thread of its own at the lowest scheduling priority, one at a time,
+        while their calls run eagerly, never waiting for it."""
         bindings = interchange.symbol_bindings(self.gm, args)
         key = tuple(sorted((str(k), v) for k, v in bindings.items()))
         self._collect()
         compiled = self.specialized.get(key)
-        if compiled is None and not self.defer:
-            compiled = self._build(bindings, f"{self.name}_s{next(self.specializations)}")
-            self.specialized[key] = compiled
+        if compiled is None and key not in self.failed:
+            self.seen[key] += 1
+            if not self.defer or (self.seen[key] > 1 and len(self.seen) <= STABLE_SIZES):
+                compiled = self._specialize(key, bindings, background=False)
+            elif self.seen[key] > 1:
+                self.queued[key] = bindings
+                self._advance()
         if compiled is not None:
             return compiled(args)
-        self.seen[key] += 1
-        if self.seen[key] == 2 and key not in self.failed:
-            self.queued[key] = bindings
-        self._advance()
         out = self.gm(*args)
         # As the compiled graph returns them: a list, even of one output.
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def _advance(self) -> None:
-        """Starts the compile of the longest-queued sizes, unless one is under way."""
-        if self.compiling is not None or not self.queued:
-            return
-        key, bindings = self.queued.popitem(last=False)
+    def _specialize(
+        self, key: tuple, bindings: dict[Any, int], background: bool
+    ) -> runtime.CompiledGraph | None:
+        """Compiles the graph for ``bindings`` (``background``: starts the compile, at the
+        lowest priority); ``None`` while that runs or if it failed (the sizes then run
+        eagerly)."""
         try:
-            name = f"{self.name}_s{next(self.specializations)}"
-            plan = interchange.export(self.gm, name, bindings)
-            build = self._start(plan, True)
+            plan = interchange.export(
+                self.gm, f"{self.name}_s{next(self.specializations)}", bindings
+            )
+            threads = torch.get_num_threads()
+            build = runtime.build(
+                plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background, background
+            )
             if isinstance(build, runtime.Compiling):
                 self.compiling = (key, build)
-            else:
-                self.specialized[key] = self._record(plan, *build())
+                return None
+            compiled = self.specialized[key] = self._record(plan, *build())
+            return compiled
         except _fxmlir.FxmlirError as e:
-            self._give_up(key, e)
+            log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, e)
+            self.failed.add(key)
+            return None
 
-    def _give_up(self, key: tuple, error: Exception) -> None:
-        log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, error)
-        self.failed.add(key)
+    def _advance(self) -> None:
+        """Starts the compile of the longest-queued sizes, unless one is under way."""
+        while self.compiling is None and self.queued:
+            key, bindings = self.queued.popitem(last=False)
+            self._specialize(key, bindings, background=True)
 
     def _collect(self) -> None:
         """Takes the kernel of the background compile for new sizes once it is ready."""
@@ -247,7 +262,8 @@ class GraphCompiler:
         try:
             self.specialized[key] = self._record(build.plan, *build(), background=True)
         except _fxmlir.FxmlirError as e:
-            self._give_up(key, e)
+            log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, e)
+            self.failed.add(key)
         self._advance()
 
 

@@ -152,6 +152,7 @@ def build(
     cache_dir: str | None,
     threads: int,
     background: bool = False,
+    low_priority: bool = False,
 ) -> Callable[[], tuple[CompiledGraph, str]]:
     """Starts the compile of an exported plan (unless it needs no kernel) whose large loops
     split into ``threads`` chunks (torch's intra-op thread count). Returns a function giving
@@ -159,13 +160,16 @@ def build(
     ``"memory"`` (an identical graph compiled earlier in this process) or ``"disk"`` (the
     compile cache under ``cache_dir``). The compile runs before this returns, or with
     ``background`` on a thread of its own, which that function waits for (and whose error it
-    raises, on every call). Identity ignores the graph's name, node names and source lines;
+    raises, on every call); ``low_priority`` runs that thread at the lowest scheduling
+    priority. Identity ignores the graph's name, node names and source lines;
     while dumping, nothing is reused, so that every graph's dumps are written."""
     if not plan.document["outputs"]:
         return lambda: (CompiledGraph(plan, None), "compiled")
     # Compact unless it is dumped: the text is serialised even when the kernel is reused.
     text = plan.to_json(indent=1 if dump_dir else None)
-    job = _fxmlir.compile(text, pipeline, dump_dir, cache_dir or None, threads, background)
+    job = _fxmlir.compile(
+        text, pipeline, dump_dir, cache_dir or None, threads, background, low_priority
+    )
     if not background:
         return functools.partial(_wrap, plan, job.wait())
     _unfinished.add(job)

@@ -126,21 +126,35 @@ def _wait_for(compiled: backend.GraphCompiler) -> None:
     raise AssertionError("the background compile did not finish in 30 s")
 
 
-def test_new_sizes_of_a_dynamic_graph_run_eagerly_until_their_kernel_is_ready():
+def test_a_size_compiles_on_its_second_call():
     fn, gm = _dynamic_softmax()
-    x, y = torch.randn(5, 6), torch.randn(9, 6)
+    x = torch.randn(5, 6)
     start = len(backend.history)
     with fxmlir.config.patch(background=True, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [x])
-        # First call with these sizes: eager. Second: eager, and their compile starts.
+        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+        assert len(backend.history) == start  # the first call ran eagerly
         for _ in range(2):
             torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
-        assert len(backend.history) == start
-        assert compiled.compiling is not None
+    (record,) = list(backend.history)[start:]
+    assert not record.background and record.source == "compiled"
+
+
+def test_sizes_that_keep_changing_compile_in_the_background_when_they_recur():
+    fn, gm = _dynamic_softmax()
+    sizes = [torch.randn(n, 6) for n in (3, 4, 5, 6)]
+    start = len(backend.history)
+    with fxmlir.config.patch(background=True, cache_dir=None):
+        compiled = fxmlir.compile_graph(gm, [sizes[0]])
+        for x in sizes:
+            torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+        # More sizes than a stable graph has: a recurring one starts a background compile
+        # and runs eagerly.
+        torch.testing.assert_close(compiled([sizes[0]])[0], fn(sizes[0]), rtol=1e-5, atol=1e-5)
+        assert compiled.compiling is not None and len(backend.history) == start
         _wait_for(compiled)
-        # The next call takes the kernel; other sizes are still eager.
-        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(compiled([y])[0], fn(y), rtol=1e-5, atol=1e-5)
+        # The next call takes the kernel.
+        torch.testing.assert_close(compiled([sizes[0]])[0], fn(sizes[0]), rtol=1e-5, atol=1e-5)
     (record,) = list(backend.history)[start:]
     assert record.background and record.source == "compiled"
     assert len(compiled.specialized) == 1
