@@ -118,6 +118,11 @@ def _dynamic_softmax():
     return fn, make_fx(fn, tracing_mode="symbolic")(torch.randn(5, 6))
 
 
+def _call(compiled: backend.GraphCompiler, fn, x: torch.Tensor) -> None:
+    """One call of the compiled dynamic graph, checked against ``fn``."""
+    torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+
+
 def _wait_for(compiled: backend.GraphCompiler) -> None:
     for _ in range(3000):
         if compiled.compiling is None or compiled.compiling[1].done():
@@ -126,16 +131,20 @@ def _wait_for(compiled: backend.GraphCompiler) -> None:
     raise AssertionError("the background compile did not finish in 30 s")
 
 
-def test_a_size_compiles_on_its_second_call():
+@pytest.mark.parametrize("background", [True, False], ids=["background", "foreground"])
+def test_a_new_size_compiles_on_its_second_call_or_at_once(background):
+    """With ``background``, a size's first call runs eagerly and its second compiles it;
+    without, its first call compiles it."""
     fn, gm = _dynamic_softmax()
-    x = torch.randn(5, 6)
+    # Sizes of their own: a kernel compiled by the other case would be reused from memory.
+    x = torch.randn(5 if background else 7, 6)
     start = len(backend.history)
-    with fxmlir.config.patch(background=True, cache_dir=None):
+    with fxmlir.config.patch(background=background, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [x])
-        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
-        assert len(backend.history) == start  # the first call ran eagerly
+        _call(compiled, fn, x)
+        assert len(backend.history) == start + (0 if background else 1)
         for _ in range(2):
-            torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+            _call(compiled, fn, x)
     (record,) = list(backend.history)[start:]
     assert not record.background and record.source == "compiled"
 
@@ -147,28 +156,17 @@ def test_sizes_that_keep_changing_compile_in_the_background_when_they_recur():
     with fxmlir.config.patch(background=True, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [sizes[0]])
         for x in sizes:
-            torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+            _call(compiled, fn, x)
         # More sizes than a stable graph has: a recurring one starts a background compile
         # and runs eagerly.
-        torch.testing.assert_close(compiled([sizes[0]])[0], fn(sizes[0]), rtol=1e-5, atol=1e-5)
+        _call(compiled, fn, sizes[0])
         assert compiled.compiling is not None and len(backend.history) == start
         _wait_for(compiled)
         # The next call takes the kernel.
-        torch.testing.assert_close(compiled([sizes[0]])[0], fn(sizes[0]), rtol=1e-5, atol=1e-5)
+        _call(compiled, fn, sizes[0])
     (record,) = list(backend.history)[start:]
     assert record.background and record.source == "compiled"
     assert len(compiled.specialized) == 1
-
-
-def test_without_background_new_sizes_compile_before_their_call():
-    fn, gm = _dynamic_softmax()
-    x = torch.randn(7, 6)
-    start = len(backend.history)
-    with fxmlir.config.patch(background=False, cache_dir=None):
-        compiled = fxmlir.compile_graph(gm, [x])
-        torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
-    (record,) = list(backend.history)[start:]
-    assert not record.background
 
 
 def test_sizes_whose_compile_fails_keep_running_eagerly(caplog):
@@ -178,7 +176,7 @@ def test_sizes_whose_compile_fails_keep_running_eagerly(caplog):
         compiled = fxmlir.compile_graph(gm, [x])
         with caplog.at_level("INFO", logger="fxmlir"):
             for _ in range(4):
-                torch.testing.assert_close(compiled([x])[0], fn(x), rtol=1e-5, atol=1e-5)
+                _call(compiled, fn, x)
     assert len(compiled.failed) == 1 and not compiled.specialized
     assert "run eagerly: their compile failed" in caplog.text
     assert "no-such-pipeline" in caplog.text
