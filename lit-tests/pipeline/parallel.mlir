@@ -161,6 +161,30 @@ func.func @batched_transpose(%arg0: memref<2x64x32xf32>, %arg1: memref<2x32x64xf
 
 // -----
 
+// A convolution weight's transposed copy for its input gradient (1 x co x ci x 1 x 1 to
+// 1 x ci x co x 1 x 1): its innermost dimensions are units, and the transpose is of the two
+// longer ones, tiled like a matrix's (too small to split between threads).
+// CHECK-LABEL: func.func @unit_dims_transpose(
+// CHECK-NOT:   scf.forall
+// CHECK:         vector.transfer_read {{.*}} : tensor<1x16x16x1x1xf32>, vector<16x16x1x1xf32>
+// CHECK-COUNT-64: vector.shuffle
+// CHECK:         vector.transfer_write {{.*}} tensor<1x16x16x1x1xf32>
+// CHECK-NOT:   linalg.generic
+#map = affine_map<(d0, d1, d2, d3, d4) -> (d0, d2, d1, d3, d4)>
+#map1 = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>
+func.func @unit_dims_transpose(%arg0: memref<1x128x64x1x1xf32>, %arg1: memref<1x64x128x1x1xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<1x128x64x1x1xf32> to tensor<1x128x64x1x1xf32>
+  %1 = tensor.empty() : tensor<1x64x128x1x1xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%0 : tensor<1x128x64x1x1xf32>) outs(%1 : tensor<1x64x128x1x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x64x128x1x1xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<1x64x128x1x1xf32>, memref<1x64x128x1x1xf32>) -> ()
+  return
+}
+
+// -----
+
 // A transpose whose inner dimension (24) takes no whole 16x16 tile keeps the plain loop nest.
 // CHECK-LABEL: func.func @ragged_transpose(
 // CHECK:       linalg.generic

@@ -162,7 +162,8 @@ fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
 /// (a copy, or arithmetic fused into it) that writes its one result through the identity map
 /// and reads its inputs through permutations of its loops, at least one of which moves the
 /// innermost loop (so a row of the result is a column of that input). The loop innermost in the
-/// result and the one innermost in that input get 16x16 tiles, the others unit tiles. `None`
+/// result and the one innermost in that input (both among the dimensions longer than one) get
+/// 16x16 tiles, the others unit tiles. `None`
 /// for anything else, or when a tile would not be whole (after the split into `split`'s chunks).
 fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> {
     if op.operand_count() < 2 || op.result_count() != 1 {
@@ -201,10 +202,13 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
     if *written != (0..rank).collect::<Vec<_>>() {
         return None;
     }
-    let inner_written = rank - 1;
+    // Innermost among the dimensions longer than one: a convolution weight's transposed
+    // copy (`1 x co x ci x 1 x 1`) moves its rows, not its unit kernel dimensions.
+    let long = |d: &usize| shape[*d] > 1;
+    let inner_written = (0..rank).rev().find(long)?;
     let inner_read = inputs
         .iter()
-        .filter_map(|read| read.last().copied())
+        .filter_map(|read| read.iter().rev().copied().find(long))
         .find(|&d| d != inner_written)?;
     let whole = |d: usize| {
         let extent = match split {
