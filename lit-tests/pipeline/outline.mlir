@@ -152,3 +152,25 @@ func.func private @again_outlined0(%arg0: memref<4xf32>) attributes {llvm.linkag
   }
   return
 }
+
+// -----
+
+// A copy between strided buffers (a slice into a stack of slices) becomes a linalg.copy, which
+// the loops stage makes a loop nest LLVM vectorises (memref.copy of a strided buffer would call
+// the runtime's element-by-element memrefCopy); a copy between identity layouts stays (it
+// lowers to memcpy).
+// CHECK-LABEL: func.func @copies(
+// CHECK:         call @[[STRIDED:.*]](%{{.*}}, %{{.*}}) : (memref<4x16xf32, strided<[32, 2]>>, memref<4x16xf32, strided<[64, 1], offset: 16>>) -> ()
+// CHECK:         call @[[PLAIN:.*]](%{{.*}}, %{{.*}}) : (memref<8x8xf32>, memref<8x8xf32>) -> ()
+// CHECK:       func.func private @[[PLAIN]](
+// CHECK-NEXT:    memref.copy %{{.*}}, %{{.*}} : memref<8x8xf32> to memref<8x8xf32>
+// CHECK:       func.func private @[[STRIDED]](
+// CHECK-NEXT:    linalg.copy ins(%{{.*}} : memref<4x16xf32, strided<[32, 2]>>) outs(%{{.*}} : memref<4x16xf32, strided<[64, 1], offset: 16>>)
+// CHECK-NOT:     memref.copy
+func.func @copies(%src: memref<4x32xf32>, %dst: memref<4x64xf32>, %a: memref<8x8xf32>, %b: memref<8x8xf32>) {
+  %s = memref.subview %src[0, 0] [4, 16] [1, 2] : memref<4x32xf32> to memref<4x16xf32, strided<[32, 2]>>
+  %d = memref.subview %dst[0, 16] [4, 16] [1, 1] : memref<4x64xf32> to memref<4x16xf32, strided<[64, 1], offset: 16>>
+  memref.copy %s, %d : memref<4x16xf32, strided<[32, 2]>> to memref<4x16xf32, strided<[64, 1], offset: 16>>
+  memref.copy %a, %b : memref<8x8xf32> to memref<8x8xf32>
+  return
+}

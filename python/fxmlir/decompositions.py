@@ -18,6 +18,7 @@ pooling's as PyTorch's own scatter-add decomposition.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -135,6 +136,8 @@ def convolution_backward(
         rows = grad.transpose(0, 1).reshape(grad.shape[1], -1)
         columns = taken.transpose(0, 1).reshape(x.shape[1], -1)
         grad_weight = (rows @ columns.t()).reshape(weight.shape)
+    elif output_mask[1] and groups > 1 and x.shape[1] > groups:
+        grad_weight = _grouped_weight_gradient(grad, x, weight, stride, padding, dilation, groups)
     elif output_mask[1]:
         # w'[(g, o), c, k…] = sum over n and o… of x[n, (g, c), o·s + k·d] · grad[n, (g, o), o…]:
         # a grouped convolution whose batch is the input's channels within a group, whose
@@ -157,6 +160,48 @@ def convolution_backward(
     if output_mask[2]:
         grad_bias = grad.sum([0, *spatial])
     return grad_input, grad_weight, grad_bias
+
+
+def _grouped_weight_gradient(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+) -> torch.Tensor:
+    """The weight gradient of a grouped convolution with several input channels per group:
+    w'[(g, o), c, k…] = sum over n and positions p of grad[n, (g, o), p] · x[n, (g, c), p·s +
+    k·d], for each group one matrix product of the gradient's rows (o x (n, p)) by the input's
+    patches ((n, p) x (c, k…)), the groups batched. As a convolution with batch and channels
+    swapped (the other weight gradients), its reduction was only the batch and the kernel,
+    which the lowering computed as a plain loop nest: resnext50's grouped 3x3 weight
+    gradients took a fifth of its backward."""
+    spatial = range(2, x.dim())
+    pad = [p for size in reversed(padding) for p in (size, size)]
+    padded = aten.constant_pad_nd.default(x, pad) if any(padding) else x
+    positions = grad.shape[2:]
+    taps = [
+        padded[
+            (
+                slice(None),
+                slice(None),
+                *(
+                    slice(k * d, k * d + (n - 1) * s + 1, s)
+                    for k, d, n, s in zip(offsets, dilation, positions, stride)
+                ),
+            )
+        ]
+        for offsets in itertools.product(*(range(weight.shape[d]) for d in spatial))
+    ]
+    batch, within, outs = x.shape[0], x.shape[1] // groups, grad.shape[1] // groups
+    count = math.prod(positions)
+    patches = torch.stack(taps, 2).reshape(batch, groups, within * len(taps), count)
+    patches = patches.permute(1, 0, 3, 2).reshape(groups, batch * count, within * len(taps))
+    rows = grad.reshape(batch, groups, outs, count).permute(1, 2, 0, 3)
+    rows = rows.reshape(groups, outs, batch * count)
+    return torch.bmm(rows, patches).reshape(weight.shape)
 
 
 #: Op -> the function that writes it out.

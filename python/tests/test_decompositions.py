@@ -86,13 +86,27 @@ def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
     "conv, shape",
     [
         (lambda: torch.nn.Conv2d(4, 8, 3, groups=2), (2, 4, 6, 6)),
+        # Several input channels per group: the weight gradient is per-group products of the
+        # gradient by the input's patches, here strided, padded and dilated, in 1-D and 3-D.
+        (lambda: torch.nn.Conv2d(8, 12, 3, groups=4, stride=2, padding=1), (2, 8, 9, 8)),
+        (lambda: torch.nn.Conv1d(6, 4, 3, groups=2, padding=2, dilation=2), (3, 6, 11)),
+        (lambda: torch.nn.Conv3d(4, 4, 2, groups=2, stride=(2, 1, 1)), (1, 4, 5, 4, 3)),
         (lambda: torch.nn.Conv2d(6, 6, 3, groups=6, stride=2, padding=1), (3, 6, 9, 8)),
         (lambda: torch.nn.Conv1d(4, 6, 5, stride=3, padding=2, dilation=2), (2, 4, 23)),
         (lambda: torch.nn.Conv3d(2, 3, 3, stride=(1, 2, 1), padding=1), (1, 2, 5, 6, 7)),
         # A 1x1 kernel's weight gradient is one matrix product over batch and positions.
         (lambda: torch.nn.Conv2d(8, 16, 1, stride=2), (2, 8, 9, 7)),
     ],
-    ids=["grouped", "depthwise", "conv1d", "conv3d", "pointwise"],
+    ids=[
+        "grouped",
+        "grouped_strided",
+        "grouped_conv1d",
+        "grouped_conv3d",
+        "depthwise",
+        "conv1d",
+        "conv3d",
+        "pointwise",
+    ],
 )
 def test_convolution_backward_compiles_whole(conv, shape):
     torch.manual_seed(0)
