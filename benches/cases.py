@@ -128,6 +128,12 @@ def _bert_base():
     return model, (torch.randint(0, 1000, (1, 128)),)
 
 
+def _llama_bf16():
+    """``fxmlir.demo.llama_bf16()``: a bf16 Llama at d=512 on 1 x 128 ids."""
+    model, ids = llama_bf16()
+    return model, (ids,)
+
+
 def _gemm(name: str, m: int, k: int, n: int) -> Case:
     return Case(
         name,
@@ -187,7 +193,7 @@ def all_cases() -> dict[str, Case]:
         Case(
             "llama_bf16",
             "model",
-            llama_bf16,
+            _llama_bf16,
             "transformers Llama in bfloat16, 2 layers d=512, 1 x 128 ids",
             extra=True,
         ),
