@@ -214,7 +214,7 @@ class GraphCompiler:
             self.seen[key] += 1
             if not self.defer or (self.seen[key] > 1 and len(self.seen) <= STABLE_SIZES):
                 compiled = self._specialize(key, bindings, background=False)
-            elif self.seen[key] > 1:
+            elif self.seen[key] > 1 and (self.compiling is None or self.compiling[0] != key):
                 self.queued[key] = bindings
                 self._advance()
         if compiled is not None:
@@ -227,8 +227,8 @@ class GraphCompiler:
         self, key: tuple, bindings: dict[Any, int], background: bool
     ) -> runtime.CompiledGraph | None:
         """Compiles the graph for ``bindings`` (``background``: starts the compile, at the
-        lowest priority); ``None`` while that runs or if it failed (the sizes then run
-        eagerly)."""
+        lowest priority); ``None`` while that runs or, with ``self.defer``, if it failed (the
+        sizes then run eagerly; without it the error is raised, as it always was)."""
         try:
             plan = interchange.export(
                 self.gm, f"{self.name}_s{next(self.specializations)}", bindings
@@ -243,9 +243,14 @@ class GraphCompiler:
             compiled = self.specialized[key] = self._record(plan, *build())
             return compiled
         except _fxmlir.FxmlirError as e:
-            log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, e)
-            self.failed.add(key)
+            if not self.defer:
+                raise
+            self._give_up(key, e)
             return None
+
+    def _give_up(self, key: tuple, error: Exception) -> None:
+        log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, error)
+        self.failed.add(key)
 
     def _advance(self) -> None:
         """Starts the compile of the longest-queued sizes, unless one is under way."""
@@ -262,8 +267,7 @@ class GraphCompiler:
         try:
             self.specialized[key] = self._record(build.plan, *build(), background=True)
         except _fxmlir.FxmlirError as e:
-            log.info("%s: sizes %s run eagerly: their compile failed (%s)", self.name, key, e)
-            self.failed.add(key)
+            self._give_up(key, e)
         self._advance()
 
 

@@ -161,6 +161,9 @@ def test_sizes_that_keep_changing_compile_in_the_background_when_they_recur():
         # and runs eagerly.
         _call(compiled, fn, sizes[0])
         assert compiled.compiling is not None and len(backend.history) == start
+        # Called again while it compiles: not queued a second time.
+        _call(compiled, fn, sizes[0])
+        assert not compiled.queued
         _wait_for(compiled)
         # The next call takes the kernel.
         _call(compiled, fn, sizes[0])
@@ -180,3 +183,12 @@ def test_sizes_whose_compile_fails_keep_running_eagerly(caplog):
     assert len(compiled.failed) == 1 and not compiled.specialized
     assert "run eagerly: their compile failed" in caplog.text
     assert "no-such-pipeline" in caplog.text
+
+
+def test_without_background_a_failing_compile_of_new_sizes_raises():
+    fn, gm = _dynamic_softmax()
+    x = torch.randn(3, 6)
+    with fxmlir.config.patch(background=False, pipeline="no-such-pipeline"):
+        compiled = fxmlir.compile_graph(gm, [x])
+        with pytest.raises(fxmlir.FxmlirError, match="no-such-pipeline"):
+            compiled([x])
