@@ -106,6 +106,15 @@ def test_wide_products_are_padded_to_whole_vectors(tmp_path):
     assert "aten.constant_pad_nd.default" not in targets, targets
 
 
+def test_widths_of_whole_kibibyte_rows_are_skewed(tmp_path):
+    """1024 columns: packed rows 4 KiB apart would share cache sets; 32 zero columns more."""
+    torch.manual_seed(0)
+    model = Mlp(hidden=1024).to(torch.bfloat16).eval()
+    targets, shapes, _ = _run(model, torch.randn(8, 64, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == 2, targets
+    assert [32, 1056, 2] in shapes and [512, 32, 2] in shapes, shapes
+
+
 def test_products_of_activations_stay_plain(tmp_path):
     """Packing per call would cost as much as it saves: only weights are packed."""
     a = torch.randn(32, 64, dtype=torch.bfloat16)
