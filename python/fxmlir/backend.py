@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, aliasing, hoist, inference, interchange, pairs, partition, runtime
+from . import _fxmlir, aliasing, hoist, inference, interchange, pairs, partition, runtime, skew
 from . import decompositions as written_out
 from .config import config
 
@@ -319,6 +319,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         whole = None
         if config.hoist and not interchange.is_dynamic(gm):
             pairs.pack_weights(gm, static)
+            skew.skew_weights(gm, static)
             whole = hoist.hoist(gm, static, compile_whole)
         if whole is None:
             whole = compile_whole(gm)

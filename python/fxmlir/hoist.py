@@ -21,6 +21,11 @@ import torch.fx
 log = logging.getLogger("fxmlir")
 
 
+#: Node metadata marking a view of weights that stays in the kernel (a weight read through
+#: longer rows, :mod:`fxmlir.skew`): what it views is hoisted, the view itself is not.
+KEEP_IN_KERNEL = "fxmlir_kernel_view"
+
+
 def static_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
     """Positions of the inputs of ``gm`` that aot_autograd knows to be parameters or buffers,
     when ``gm`` is an inference graph. Empty for the forward and backward graphs of training
@@ -76,6 +81,8 @@ class Split:
             if node.op == "get_attr":
                 is_static.add(node)
                 work[node] = False
+                continue
+            if node.meta.get(KEEP_IN_KERNEL):
                 continue
             out = _tensor(node)
             inputs = node.all_input_nodes

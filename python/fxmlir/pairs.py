@@ -85,7 +85,7 @@ def _val(node: object) -> torch.Tensor | None:
     return val if isinstance(val, FakeTensor) else None
 
 
-def _operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, object] | None:
+def operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, object] | None:
     """``(a, b, bias)`` of an ``mm`` or of an ``addmm`` with unit scales (``bias`` None for
     ``mm``); None for anything else."""
     if node.op != "call_function":
@@ -110,10 +110,10 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     graph = gm.graph
     rewritten = 0
     for node in list(graph.nodes):
-        operands = _operands(node)
-        if operands is None:
+        found = operands(node)
+        if found is None:
             continue
-        a, b, bias = operands
+        a, b, bias = found
         va, vb = _val(a), _val(b)
         if (
             va is None
@@ -142,13 +142,13 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
                 if not pad
                 else (aten.constant_pad_nd.default, (None, [0, 0, 0, pad]), {}),
             ]
-            packed = _chain(graph, node, steps)
-            product = _chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
+            packed = chain(graph, node, steps)
+            product = chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
             if pad:
-                product = _chain(graph, node, [(aten.slice.Tensor, (product, 1, 0, n), {})])
+                product = chain(graph, node, [(aten.slice.Tensor, (product, 1, 0, n), {})])
             if bias is not None:
-                product = _chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
-            out = _chain(
+                product = chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
+            out = chain(
                 graph, node, [(aten._to_copy.default, (product,), {"dtype": torch.bfloat16})]
             )
         node.replace_all_uses_with(out)
@@ -160,7 +160,7 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     return rewritten
 
 
-def _chain(
+def chain(
     graph: torch.fx.Graph,
     origin: torch.fx.Node,
     steps: list[tuple[torch._ops.OpOverload, tuple, dict]],

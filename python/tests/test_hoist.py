@@ -146,3 +146,28 @@ def test_what_is_hoisted_from_a_strided_weight():
     split = hoist.Split(gm, frozenset({0}))
     assert [n.op for n in split.hoisted] == ["placeholder"]
     assert split.watched == [0]
+
+
+def _kernel_inputs(dump_dir: pathlib.Path) -> tuple[list[list[int]], list[str]]:
+    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
+    return [i["meta"]["shape"] for i in document["inputs"]], [
+        n["target"] for n in document["nodes"]
+    ]
+
+
+@pytest.mark.parametrize("width, skewed", [(1024, True), (1000, False)])
+def test_weights_of_whole_kibibyte_rows_are_read_through_longer_rows(tmp_path, width, skewed):
+    """1024 f32 outputs: the hoisted ``t(weight)`` has rows of 4 KiB, which share cache sets;
+    the kernel reads it as a view of a copy 32 columns wider (fxmlir.skew). 1000 do not."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.GELU()).eval()
+    x = torch.randn(8, 64)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        compiled = torch.compile(model, backend="fxmlir")
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+        # A changed weight is padded again.
+        model[0].weight.mul_(-1.5)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    shapes, targets = _kernel_inputs(tmp_path)
+    assert ([64, 1056] in shapes) == skewed, shapes
+    assert ("aten.slice.Tensor" in targets) == skewed, targets

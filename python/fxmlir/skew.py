@@ -1,0 +1,69 @@
+"""Weights whose rows are a multiple of 4 KiB long, read through rows a little longer.
+
+A matrix product walks its right operand down its rows, a few vectors of columns at a time. When
+the rows are a multiple of 4 KiB apart (a linear layer of 1024, 3072 or 4096 f32 outputs: its
+hoisted ``t(weight)``), every row of such a column strip falls into the same cache sets, and
+the strip evicts itself from L1 and L2 long before it is used up. Measured on the product
+kernels: 1 x 2816 x 1024 took 0.21 ms, 0.09 with rows 32 columns longer; 128 x 4096 x 4096
+15.7 ms, 12.2.
+
+So before hoisting, such a weight-only right operand ``b`` of an ``mm`` / ``addmm`` becomes
+``slice(constant_pad_nd(b, [0, SKEW_BYTES / itemsize]), 1, 0, n)``: :mod:`fxmlir.hoist`
+computes the padded copy once (marked here, the slice stays in the kernel as a view of it), and
+the product reads the weight through rows ``SKEW_BYTES`` longer. (bf16 products on packed pairs
+skew their packed rows themselves: :mod:`fxmlir.pairs`.)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from . import hoist
+from .pairs import chain, operands
+
+aten = torch.ops.aten
+
+#: Rows this many bytes apart, or a multiple, share cache sets.
+ALIASED_BYTES = 4096
+
+#: How much longer the padded rows are: two cache lines.
+SKEW_BYTES = 128
+
+
+def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
+    """Reads the weight-only right operands of ``gm``'s products whose rows are a multiple of
+    4 KiB through longer rows (see the module docs); returns how many."""
+    weights = hoist.Split(gm, static).static_nodes
+    graph = gm.graph
+    skewed = 0
+    for node in list(graph.nodes):
+        found = operands(node)
+        if found is None:
+            continue
+        _, b, _ = found
+        vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else None
+        if (
+            b not in weights
+            or not isinstance(vb, torch.Tensor)
+            or vb.dim() != 2
+            or not vb.dtype.is_floating_point
+            or not isinstance(vb.shape[1], int)
+        ):
+            continue
+        k, n = vb.shape
+        size = vb.element_size()
+        if (n * size) % ALIASED_BYTES:
+            continue
+        with graph.inserting_before(node):
+            steps = [
+                (aten.constant_pad_nd.default, (b, [0, SKEW_BYTES // size]), {}),
+                (aten.slice.Tensor, (None, 1, 0, n), {}),
+            ]
+            view = chain(graph, node, steps)
+        view.meta[hoist.KEEP_IN_KERNEL] = True
+        node.replace_input_with(b, view)
+        skewed += 1
+    if skewed:
+        gm.recompile()
+    return skewed
