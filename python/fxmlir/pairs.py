@@ -101,24 +101,28 @@ def operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, object]
     return None
 
 
+def weight_products(
+    gm: torch.fx.GraphModule, static: frozenset[int]
+) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, object]]:
+    """``(node, a, b, bias)`` of each ``mm`` / unit-scale ``addmm`` of ``gm`` whose right operand
+    ``b`` is computed from the inputs at positions ``static`` alone."""
+    weights = hoist.Split(gm, static).static_nodes
+    found = [(node, operands(node)) for node in gm.graph.nodes]
+    return [(node, *ops) for node, ops in found if ops is not None and ops[1] in weights]
+
+
 def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     """Rewrites the bf16 products of ``gm`` whose right operand is computed from the inputs at
     positions ``static`` alone (see the module docs); returns how many."""
     if not _fxmlir.bf16_dot():
         return 0
-    weights = hoist.Split(gm, static).static_nodes
     graph = gm.graph
     rewritten = 0
-    for node in list(graph.nodes):
-        found = operands(node)
-        if found is None:
-            continue
-        a, b, bias = found
+    for node, a, b, bias in weight_products(gm, static):
         va, vb = _val(a), _val(b)
         if (
             va is None
             or vb is None
-            or b not in weights
             or va.dtype != torch.bfloat16
             or vb.dtype != torch.bfloat16
             or va.dim() != 2

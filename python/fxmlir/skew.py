@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from . import hoist
-from .pairs import chain, operands
+from .pairs import chain, weight_products
 
 aten = torch.ops.aten
 
@@ -34,18 +34,12 @@ SKEW_BYTES = 128
 def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     """Reads the weight-only right operands of ``gm``'s products whose rows are a multiple of
     4 KiB through longer rows (see the module docs); returns how many."""
-    weights = hoist.Split(gm, static).static_nodes
     graph = gm.graph
     skewed = 0
-    for node in list(graph.nodes):
-        found = operands(node)
-        if found is None:
-            continue
-        _, b, _ = found
+    for node, _, b, _ in weight_products(gm, static):
         vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else None
         if (
-            b not in weights
-            or not isinstance(vb, torch.Tensor)
+            not isinstance(vb, torch.Tensor)
             or vb.dim() != 2
             or not vb.dtype.is_floating_point
             or not isinstance(vb.shape[1], int)

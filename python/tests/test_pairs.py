@@ -96,23 +96,23 @@ def test_products_it_cannot_tile_stay_plain(tmp_path, case):
     assert ("dpbf16ps" in llvm) == bool(packed)
 
 
-def test_wide_products_are_padded_to_whole_vectors(tmp_path):
-    """200 columns: the packed weight gets 8 zero columns, which the result drops."""
+@pytest.mark.parametrize(
+    "hidden, packed",
+    [
+        # 200 columns: 8 zero columns make whole dot products; the result drops them.
+        (200, [32, 208, 2]),
+        # 1024 columns: packed rows 4 KiB apart would share cache sets; 32 zero columns more.
+        (1024, [32, 1056, 2]),
+    ],
+    ids=["whole_vectors", "skewed_rows"],
+)
+def test_packed_widths_are_padded(tmp_path, hidden, packed):
     torch.manual_seed(0)
-    model = Mlp(hidden=200).to(torch.bfloat16).eval()
-    targets, shapes, llvm = _run(model, torch.randn(8, 64, dtype=torch.bfloat16), tmp_path)
-    assert targets.count("fxmlir.mm_pairs.default") == 2, targets
-    assert [32, 208, 2] in shapes and [100, 32, 2] in shapes, shapes
-    assert "aten.constant_pad_nd.default" not in targets, targets
-
-
-def test_widths_of_whole_kibibyte_rows_are_skewed(tmp_path):
-    """1024 columns: packed rows 4 KiB apart would share cache sets; 32 zero columns more."""
-    torch.manual_seed(0)
-    model = Mlp(hidden=1024).to(torch.bfloat16).eval()
+    model = Mlp(hidden=hidden).to(torch.bfloat16).eval()
     targets, shapes, _ = _run(model, torch.randn(8, 64, dtype=torch.bfloat16), tmp_path)
     assert targets.count("fxmlir.mm_pairs.default") == 2, targets
-    assert [32, 1056, 2] in shapes and [512, 32, 2] in shapes, shapes
+    assert packed in shapes and [hidden // 2, 32, 2] in shapes, shapes
+    assert "aten.constant_pad_nd.default" not in targets, targets
 
 
 def test_products_of_activations_stay_plain(tmp_path):
