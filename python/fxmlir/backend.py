@@ -141,12 +141,12 @@ class GraphCompiler:
             self.static = self._record(plan, *finish())
 
     def _start(
-        self, plan: interchange.Plan, background: bool
+        self, plan: interchange.Plan, background: bool, low_priority: bool = False
     ) -> Callable[[], tuple[runtime.CompiledGraph, str]]:
         # The thread count is read here: with OpenMP it is a setting of the calling thread.
         threads = torch.get_num_threads()
         return runtime.build(
-            plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background
+            plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background, low_priority
         )
 
     def ready(self) -> None:
@@ -233,10 +233,7 @@ class GraphCompiler:
             plan = interchange.export(
                 self.gm, f"{self.name}_s{next(self.specializations)}", bindings
             )
-            threads = torch.get_num_threads()
-            build = runtime.build(
-                plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background, background
-            )
+            build = self._start(plan, background, low_priority=background)
             if isinstance(build, runtime.Compiling):
                 self.compiling = (key, build)
                 return None

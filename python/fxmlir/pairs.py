@@ -80,7 +80,8 @@ def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
 
 
-def _val(node: object) -> torch.Tensor | None:
+def fake_val(node: object) -> FakeTensor | None:
+    """The fake tensor a traced node holds (what :func:`chain` computes new values with)."""
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return val if isinstance(val, FakeTensor) else None
 
@@ -119,7 +120,7 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     graph = gm.graph
     rewritten = 0
     for node, a, b, bias in weight_products(gm, static):
-        va, vb = _val(a), _val(b)
+        va, vb = fake_val(a), fake_val(b)
         if (
             va is None
             or vb is None
@@ -174,7 +175,7 @@ def chain(
     node = None
     for target, args, kwargs in steps:
         args = tuple(node if arg is None else arg for arg in args)
-        vals = [_val(arg) if isinstance(arg, torch.fx.Node) else arg for arg in args]
+        vals = [fake_val(arg) if isinstance(arg, torch.fx.Node) else arg for arg in args]
         fake = next(v for v in vals if isinstance(v, FakeTensor)).fake_mode
         with fake:
             val = target(*vals, **kwargs)

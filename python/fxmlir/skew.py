@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from . import hoist
-from .pairs import chain, weight_products
+from .pairs import chain, fake_val, weight_products
 
 aten = torch.ops.aten
 
@@ -37,9 +37,9 @@ def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     graph = gm.graph
     skewed = 0
     for node, _, b, _ in weight_products(gm, static):
-        vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else None
+        vb = fake_val(b)
         if (
-            not isinstance(vb, torch.Tensor)
+            vb is None
             or vb.dim() != 2
             or not vb.dtype.is_floating_point
             or not isinstance(vb.shape[1], int)

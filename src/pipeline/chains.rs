@@ -73,7 +73,7 @@ fn affine_map(rank: usize, results: &[String]) -> String {
 }
 
 /// `affine_map<(d0, ..) -> (d0, ..)>` over `rank` loops.
-fn identity(rank: usize) -> String {
+pub(super) fn identity(rank: usize) -> String {
     let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
     affine_map(rank, &dims)
 }

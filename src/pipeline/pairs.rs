@@ -8,9 +8,10 @@
 //! the schedule stage: the read becomes a one-dimensional read of the operand with its last two
 //! dimensions collapsed, shaped back for its users.
 
-use super::chains::Builder;
-use super::outline::{op_name, result_owner};
+use super::chains::{Builder, identity};
+use super::outline::op_name;
 use super::schedule::tensor_shape;
+use super::windows::constant;
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
@@ -34,22 +35,6 @@ fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
         .map(|d| d.parse().ok())
         .collect::<Option<Vec<i64>>>()?;
     Some((dims, element.to_string()))
-}
-
-/// Whether `value` is the index constant 0.
-fn is_zero(value: Value) -> bool {
-    result_owner(value).is_some_and(|op| {
-        op_name(&op) == "arith.constant"
-            && op
-                .attribute("value")
-                .is_ok_and(|v| v.to_string() == "0 : index")
-    })
-}
-
-/// `(d0, ..., d{rank-1}) -> (d0, ..., d{rank-1})`.
-fn identity(rank: usize) -> String {
-    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
-    format!("affine_map<({0}) -> ({0})>", dims.join(", "))
 }
 
 /// `[true, ..., true]` of `rank` entries, as `in_bounds` prints.
@@ -77,8 +62,11 @@ fn pair_read(op: &OperationRef) -> Option<Vec<i64>> {
         && op
             .attribute("in_bounds")
             .is_ok_and(|b| b.to_string() == all_in_bounds(rank));
-    (leading_units && vector[rank - 1] == 2 && in_place && is_zero(op.operand(rank).ok()?))
-        .then_some(shape)
+    (leading_units
+        && vector[rank - 1] == 2
+        && in_place
+        && constant(op.operand(rank).ok()?) == Some(0))
+    .then_some(shape)
 }
 
 /// Rewrites `read` (see [`pair_read`]) of a tensor of `shape`.

@@ -114,11 +114,6 @@ impl Target {
         bf16_dot: false,
     };
 
-    pub const AVX512_BF16: Target = Target {
-        bf16_dot: true,
-        ..Target::AVX512
-    };
-
     /// The host's vector unit, from LLVM's host feature string.
     pub fn host() -> Target {
         let features = crate::jit::host()
@@ -1690,7 +1685,11 @@ mod tests {
     #[test]
     fn pairs_products_need_the_dot_product_and_whole_vectors() {
         let context = crate::context::new_context().expect("default LLVM options parse");
-        let planned = plan(&pairs_module(&context, 64, 128, 96), Target::AVX512_BF16, 1);
+        let bf16 = Target {
+            bf16_dot: true,
+            ..Target::AVX512
+        };
+        let planned = plan(&pairs_module(&context, 64, 128, 96), bf16, 1);
         let [p] = planned.as_slice() else {
             panic!("one product planned, got {}", planned.len());
         };
@@ -1702,7 +1701,7 @@ mod tests {
         // Without AVX512-BF16, or with a width of no whole number of 16-lane vectors, the
         // contraction is left to the lowering's loops.
         assert!(plan(&pairs_module(&context, 64, 128, 96), Target::AVX512, 1).is_empty());
-        assert!(plan(&pairs_module(&context, 64, 128, 40), Target::AVX512_BF16, 1).is_empty());
+        assert!(plan(&pairs_module(&context, 64, 128, 40), bf16, 1).is_empty());
     }
 
     #[test]

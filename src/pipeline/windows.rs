@@ -34,7 +34,7 @@ const MAX_TRIP: i64 = 8;
 const FULL_UNROLL: &str = "#llvm.loop_annotation<unroll = #llvm.loop_unroll<full = true>>";
 
 /// The constant an `arith.constant` of integer or index type defines.
-fn constant(value: Value) -> Option<i64> {
+pub(super) fn constant(value: Value) -> Option<i64> {
     let owner = result_owner(value)?;
     if owner.name().as_string_ref().as_str() != Ok("arith.constant") {
         return None;
