@@ -26,6 +26,11 @@ log = logging.getLogger("fxmlir")
 KEEP_IN_KERNEL = "fxmlir_kernel_view"
 
 
+#: What a hoisted value may hold beyond the largest tensor it is computed from, when that is
+#: more than an eighth of it.
+SMALL_GROWTH_BYTES = 64 * 1024
+
+
 def static_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
     """Positions of the inputs of ``gm`` that aot_autograd knows to be parameters or buffers,
     when ``gm`` is an inference graph. Empty for the forward and backward graphs of training
@@ -94,9 +99,13 @@ class Split:
             ):
                 continue
             # Never materialise much more than what it is computed from (an expand); a weight
-            # padded to whole vectors (``fxmlir.pairs``) grows by at most an eighth.
+            # padded to whole vectors (``fxmlir.pairs``) grows by at most an eighth, or by up
+            # to half if that is a few kilobytes (a convolution's three input channels padded
+            # to four).
             largest = max((t.numel() for i in inputs if (t := _tensor(i)) is not None), default=0)
-            if out.numel() * 8 > largest * 9:
+            extra = out.numel() - largest
+            small = extra * 2 <= largest and extra * out.element_size() <= SMALL_GROWTH_BYTES
+            if extra * 8 > largest and not small:
                 continue
             is_static.add(node)
             work[node] = (

@@ -20,6 +20,15 @@ the kernel; the kernel's schedule turns the product into dot products (see
 padded with zero columns, which the result drops again, and so is one of a multiple of 1024
 columns, whose packed rows would be a multiple of 4 KiB apart. Hosts without AVX512-BF16, dynamic
 shapes, an odd ``k`` and narrow products of such widths keep the plain bf16 product.
+
+bf16 convolutions without groups whose weight is weight-only become
+
+    pairs = clone(permute(view(w, [oc, c // 2, 2, *k]), [0, 1, 3, ..., 2]))   # hoisted
+    out = _to_copy(conv_pairs(x, pairs, stride, padding, dilation) [+ bias], bfloat16)
+
+with the weight's input channels in pairs (an odd count gets a zero channel first): the kernel
+computes ``weight @ patches`` with the patches written in pairs of channels as it gathers them,
+and the weight as it is packed here (see ``fxmlir.conv_pairs`` in ``src/lower/conv.rs``).
 """
 
 from __future__ import annotations
@@ -80,6 +89,64 @@ def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
 
 
+@torch.library.custom_op("fxmlir::conv_pairs", mutates_args=())
+def conv_pairs(
+    x: torch.Tensor,
+    pairs: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    """The convolution of a bf16 ``x`` (n x c x s...) by a weight given in pairs of input
+    channels (``pairs[oc, c // 2, k..., c % 2] = w[oc, c, k...]``; one zero channel more for an
+    odd ``c``), without groups, accumulated and returned in float32."""
+    _check_conv(x, pairs)
+    nd = pairs.dim() - 3
+    order = [0, 1, nd + 2, *range(2, nd + 2)]
+    out, half = pairs.shape[:2]
+    weight = pairs.permute(order).reshape(out, 2 * half, *pairs.shape[2 : nd + 2])
+    weight = weight[:, : x.shape[1]].float()
+    return torch.convolution(x.float(), weight, None, stride, padding, dilation, False, [0] * nd, 1)
+
+
+def _check_conv(x: torch.Tensor, pairs: torch.Tensor) -> None:
+    torch._check(
+        x.dtype == torch.bfloat16 and pairs.dtype == torch.bfloat16,
+        lambda: f"conv_pairs takes bfloat16 operands, got {x.dtype} and {pairs.dtype}",
+    )
+    nd = pairs.dim() - 3
+    fits = (
+        1 <= nd <= 3
+        and x.dim() == nd + 2
+        and pairs.shape[-1] == 2
+        and 0 <= 2 * pairs.shape[1] - x.shape[1] <= 1
+    )
+    torch._check(
+        fits,
+        lambda: (
+            f"conv_pairs: input {list(x.shape)} does not match packed weight {list(pairs.shape)}"
+        ),
+    )
+
+
+@conv_pairs.register_fake
+def _conv_pairs_fake(
+    x: torch.Tensor,
+    pairs: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    _check_conv(x, pairs)
+    nd = pairs.dim() - 3
+    size = [
+        (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (pairs.shape[2 + i] - 1) - 1) // stride[i]
+        + 1
+        for i in range(nd)
+    ]
+    return x.new_empty((x.shape[0], pairs.shape[0], *size), dtype=torch.float32)
+
+
 def fake_val(node: object) -> FakeTensor | None:
     """The fake tensor a traced node holds (what :func:`chain` computes new values with)."""
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
@@ -103,23 +170,79 @@ def operands(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, object]
 
 
 def weight_products(
-    gm: torch.fx.GraphModule, static: frozenset[int]
+    gm: torch.fx.GraphModule, weights: set[torch.fx.Node]
 ) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, object]]:
     """``(node, a, b, bias)`` of each ``mm`` / unit-scale ``addmm`` of ``gm`` whose right operand
-    ``b`` is computed from the inputs at positions ``static`` alone."""
-    weights = hoist.Split(gm, static).static_nodes
+    ``b`` is one of ``weights`` (computed from parameters and buffers alone: the
+    ``static_nodes`` of a :class:`hoist.Split`)."""
     found = [(node, operands(node)) for node in gm.graph.nodes]
     return [(node, *ops) for node, ops in found if ops is not None and ops[1] in weights]
 
 
 def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
-    """Rewrites the bf16 products of ``gm`` whose right operand is computed from the inputs at
-    positions ``static`` alone (see the module docs); returns how many."""
+    """Rewrites the bf16 products and convolutions of ``gm`` whose weight is computed from the
+    inputs at positions ``static`` alone (see the module docs); returns how many."""
     if not _fxmlir.bf16_dot():
         return 0
+    weights = hoist.Split(gm, static).static_nodes
+    rewritten = _pack_products(gm, weights) + _pack_convolutions(gm, weights)
+    if rewritten:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return rewritten
+
+
+def _pack_convolutions(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int:
     graph = gm.graph
     rewritten = 0
-    for node, a, b, bias in weight_products(gm, static):
+    for node in graph.find_nodes(op="call_function", target=aten.convolution.default):
+        x, w, bias, stride, padding, dilation, transposed, _, groups = node.args
+        vx, vw = fake_val(x), fake_val(w)
+        if (
+            w not in weights
+            or transposed
+            or groups != 1
+            or vx is None
+            or vw is None
+            or vx.dtype != torch.bfloat16
+            or vw.dtype != torch.bfloat16
+            or not 3 <= vw.dim() <= 5
+            or not all(isinstance(d, int) for d in (*vx.shape, *vw.shape))
+        ):
+            continue
+        nd = vw.dim() - 2
+        out, channels, *kernel = vw.shape
+        with graph.inserting_before(node):
+            # An odd channel count gets a zero channel (the kernel reads the input's as zero).
+            padded = (
+                chain(graph, node, [(aten.constant_pad_nd.default, (w, [0, 0] * nd + [0, 1]), {})])
+                if channels % 2
+                else w
+            )
+            steps = [
+                (aten.view.default, (padded, [out, (channels + 1) // 2, 2, *kernel]), {}),
+                (aten.permute.default, (None, [0, 1, *range(3, nd + 3), 2]), {}),
+                (aten.clone.default, (None,), {"memory_format": torch.contiguous_format}),
+            ]
+            packed = chain(graph, node, steps)
+            conv = (torch.ops.fxmlir.conv_pairs.default, (x, packed, stride, padding, dilation), {})
+            result = chain(graph, node, [conv])
+            if bias is not None:
+                shaped = chain(graph, node, [(aten.view.default, (bias, [out] + [1] * nd), {})])
+                result = chain(graph, node, [(aten.add.Tensor, (result, shaped), {})])
+            result = chain(
+                graph, node, [(aten._to_copy.default, (result,), {"dtype": torch.bfloat16})]
+            )
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        rewritten += 1
+    return rewritten
+
+
+def _pack_products(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int:
+    graph = gm.graph
+    rewritten = 0
+    for node, a, b, bias in weight_products(gm, weights):
         va, vb = fake_val(a), fake_val(b)
         if (
             va is None
@@ -159,9 +282,6 @@ def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         rewritten += 1
-    if rewritten:
-        graph.eliminate_dead_code()
-        gm.recompile()
     return rewritten
 
 

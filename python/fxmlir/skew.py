@@ -36,7 +36,7 @@ def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
     4 KiB through longer rows (see the module docs); returns how many."""
     graph = gm.graph
     skewed = 0
-    for node, _, b, _ in weight_products(gm, static):
+    for node, _, b, _ in weight_products(gm, hoist.Split(gm, static).static_nodes):
         vb = fake_val(b)
         if (
             vb is None

@@ -935,6 +935,37 @@ def mm_pairs_samples(dt):
     return out
 
 
+def conv_pairs_samples(dt):
+    """fxmlir's convolution on a weight packed in pairs of input channels (``fxmlir.pairs``):
+    2-D with an odd channel count (one zero channel short), stride and a column count padded to
+    whole dot products; with dilation, padding and two images; 1-D and 3-D."""
+
+    def conv(stride, padding, dilation):
+        return lambda op, x, p: op(x, p, stride, padding, dilation)
+
+    def packed(out, channels, *kernel):
+        return mk([out, (channels + 1) // 2, *kernel, 2], dt, -2, 2)
+
+    return [
+        S(
+            "odd_channels",
+            [mk([1, 3, 11, 11], dt, -2, 2), packed(16, 3, 3, 3)],
+            conv([2, 2], [1, 1], [1, 1]),
+        ),
+        S(
+            "dilated",
+            [mk([2, 8, 9, 10], dt, -2, 2), packed(32, 8, 3, 3)],
+            conv([1, 1], [2, 2], [2, 2]),
+        ),
+        S("1d", [mk([2, 6, 20], dt, -2, 2), packed(16, 6, 5)], conv([2], [0], [1])),
+        S(
+            "3d",
+            [mk([1, 4, 5, 6, 7], dt, -2, 2), packed(16, 4, 3, 3, 3)],
+            conv([1, 1, 1], [1, 1, 1], [1, 1, 1]),
+        ),
+    ]
+
+
 def addmm_samples(dt):
     lo, hi = int_range(dt) if not dt.is_floating_point else (-2.0, 2.0)
     scal = (
@@ -3038,6 +3069,7 @@ ROWS: list[Row] = [
     Row("aten.addmm.default", NO_BOOL, addmm_samples, tol=CLOSE),
     # f32 sums of exact products, in another order (pairs, then blocks) than eager's.
     Row("fxmlir.mm_pairs.default", (bf16,), mm_pairs_samples, tol={f32: (1e-3, 1e-4)}),
+    Row("fxmlir.conv_pairs.default", (bf16,), conv_pairs_samples, tol={f32: (1e-3, 1e-4)}),
     # ---- reductions ----
     Row("aten.sum.default", ALL, reduce_samples("all"), tol=CLOSE, mixed=sum_mixed),
     Row("aten.sum.dim_IntList", ALL, reduce_samples("list"), tol=CLOSE, mixed=sum_dim_mixed),

@@ -1,7 +1,8 @@
 """bf16 products on AVX512-BF16's dot product (``fxmlir.pairs``): a bf16 linear layer's weight
 is packed in pairs along the reduction once, outside the kernel, and the kernel's product is
-``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register tiles. Products it cannot serve keep
-the plain bf16 product."""
+``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register tiles; a bf16 convolution's weight is
+packed in pairs of input channels and the kernel's convolution is ``fxmlir::conv_pairs``.
+Products and convolutions it cannot serve stay as they are."""
 
 import json
 import pathlib
@@ -149,3 +150,71 @@ def test_the_eager_op_is_the_product_it_stands_for():
         torch.ops.fxmlir.mm_pairs(a.float(), packed)
     with pytest.raises(RuntimeError, match=r"mm_pairs: shapes \[5, 8\] and \[2, 16, 2\]"):
         torch.ops.fxmlir.mm_pairs(a, packed[:2])
+
+
+class Convs(torch.nn.Module):
+    """Two convolutions of ``nd`` dimensions with a ReLU between."""
+
+    def __init__(self, nd: int, channels: int, kernel: int, stride: int, dilation: int, bias: bool):
+        super().__init__()
+        conv = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)[nd - 1]
+        padding = dilation * (kernel // 2)
+        self.first = conv(channels, 32, kernel, stride, padding, dilation, bias=bias)
+        self.second = conv(32, 16, 3, 1, 1, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+@pytest.mark.parametrize(
+    "nd, channels, kernel, stride, dilation, bias, shape",
+    [
+        # A ResNet stem: 3 channels (the packed weight gets a zero fourth), stride 2.
+        (2, 3, 7, 2, 1, False, (1, 3, 30, 30)),
+        # Two images, a bias, dilation; 9 x 9 outputs: columns padded to whole dot products.
+        (2, 16, 3, 1, 2, True, (2, 16, 9, 9)),
+        (1, 6, 5, 2, 1, True, (3, 6, 40)),
+        (3, 4, 3, 1, 1, False, (1, 4, 6, 7, 8)),
+    ],
+    ids=["stem", "dilated_batch", "1d", "3d"],
+)
+def test_convolutions_become_dot_products(
+    tmp_path, nd, channels, kernel, stride, dilation, bias, shape
+):
+    torch.manual_seed(0)
+    model = Convs(nd, channels, kernel, stride, dilation, bias).to(torch.bfloat16).eval()
+    targets, shapes, llvm = _run(model, torch.randn(shape, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("fxmlir.conv_pairs.default") == 2, targets
+    assert "aten.convolution.default" not in targets, targets
+    # The packed weights are kernel inputs: [out, in / 2, kernel..., 2].
+    assert [32, (channels + 1) // 2, *[kernel] * nd, 2] in shapes, shapes
+    assert [16, 16, *[3] * nd, 2] in shapes, shapes
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in llvm
+
+
+def test_convolutions_it_cannot_serve_stay_plain(tmp_path):
+    """Grouped and transposed convolutions keep the plain bf16 convolution."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1, groups=2),
+        torch.nn.ConvTranspose2d(32, 16, 2, stride=2),
+    )
+    model = model.to(torch.bfloat16).eval()
+    targets, _, _ = _run(model, torch.randn(1, 16, 8, 8, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("aten.convolution.default") == 2, targets
+    assert "fxmlir.conv_pairs.default" not in targets, targets
+
+
+def test_the_eager_convolution_is_the_one_it_stands_for():
+    x = torch.randn(2, 3, 9, 9, dtype=torch.bfloat16)
+    w = torch.randn(8, 3, 3, 3, dtype=torch.bfloat16)
+    packed = torch.nn.functional.pad(w, [0, 0, 0, 0, 0, 1]).view(8, 2, 2, 3, 3)
+    packed = packed.permute(0, 1, 3, 4, 2).contiguous()
+    actual = torch.ops.fxmlir.conv_pairs(x, packed, [2, 2], [1, 1], [1, 1])
+    assert actual.dtype == torch.float32
+    expected = torch.nn.functional.conv2d(x.float(), w.float(), stride=2, padding=1)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="conv_pairs takes bfloat16 operands"):
+        torch.ops.fxmlir.conv_pairs(x.float(), packed, [1, 1], [0, 0], [1, 1])
+    with pytest.raises(RuntimeError, match=r"conv_pairs: input \[2, 3, 9, 9\] does not match"):
+        torch.ops.fxmlir.conv_pairs(x, packed[:, :1], [1, 1], [0, 0], [1, 1])

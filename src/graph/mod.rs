@@ -197,6 +197,22 @@ impl Graph {
         Ok(serde_json::to_string_pretty(self)?)
     }
 
+    /// Whether a node or the graph's result reads `r`.
+    pub fn is_used(&self, r: &ValueRef) -> bool {
+        fn reads(arg: &Arg, r: &ValueRef) -> bool {
+            match arg {
+                Arg::Ref(v) => v == r,
+                Arg::List(items) => items.iter().any(|a| reads(a, r)),
+                _ => false,
+            }
+        }
+        self.outputs.contains(r)
+            || self
+                .nodes
+                .iter()
+                .any(|n| n.args.iter().any(|a| reads(a, r)))
+    }
+
     /// The metadata of any value in the graph.
     pub fn meta(&self, r: &ValueRef) -> Option<&TensorMeta> {
         if let Some(input) = self.inputs.iter().find(|i| i.name == r.node) {

@@ -24,6 +24,7 @@ use super::resize::{affine, check_shape, dims, place};
 /// product (each group's product at least 8 x 8 by its taps); below it, a depthwise-like one
 /// stays a direct loop nest.
 const GROUP_PRODUCT_CHANNELS: i64 = 8;
+use super::linear::pair_product;
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
@@ -31,6 +32,7 @@ use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
     r.add("aten.convolution.default", lower_convolution);
+    r.add("fxmlir.conv_pairs.default", lower_conv_pairs);
 }
 
 /// A per-dimension parameter list: `n` values, or one value for every dimension.
@@ -103,25 +105,8 @@ fn lower_convolution<'c, 'a>(
                 x.shape, w.shape
             ));
         }
-        let mut out_spatial = Vec::with_capacity(nd);
-        for i in 0..nd {
-            let span = spatial[i] + 2 * padding[i] - reach[i] - 1;
-            if span < 0 {
-                return fail(format!(
-                    "input size {} (padded by {}) is smaller than the dilated kernel {}",
-                    spatial[i],
-                    padding[i],
-                    reach[i] + 1
-                ));
-            }
-            out_spatial.push(span / stride[i] + 1);
-        }
-        // Only the part the windows read: [0, (o - 1) s + d (k - 1) + 1).
-        let mut canvas = vec![batch, channels];
-        canvas.extend((0..nd).map(|i| (out_spatial[i] - 1) * stride[i] + reach[i] + 1));
-        let mut offsets = vec![0, 0];
-        offsets.extend(&padding);
-        let padded = place(ctx, &x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
+        let (out_spatial, padded) =
+            windowed(ctx, &x, channels, &kernel, &stride, &padding, &dilation)?;
         let mut shape = vec![groups, out_channels / groups, in_per_group];
         shape.extend(&kernel);
         let weight = ctx.reshape(&w, &shape)?;
@@ -297,6 +282,182 @@ fn lower_convolution<'c, 'a>(
         },
     )?;
     Ok(result)
+}
+
+/// Columns of a pairs product come in whole dot products of this many lanes (the schedule
+/// computes nothing else with them): the patches get zero columns up to a multiple of it.
+const PAIR_COLUMNS: i64 = 16;
+
+/// `fxmlir.conv_pairs(x, pairs, stride, padding, dilation)`: a convolution without groups of a
+/// bf16 input `x` [n, c, s…] and a bf16 weight packed in pairs of input channels, `pairs[oc,
+/// c / 2, k…, c % 2] = w[oc, c, k…]` (an odd `c` is one zero channel short), accumulated and
+/// returned in f32 [n, oc, o…]. It is `w @ patches` as for a float convolution, with the
+/// weight as the left operand `[oc, (c / 2, k…), 2]` and the patches written straight into
+/// the pairs layout of the right one, `[(c / 2, k…), (n, o…), 2]`: the contraction AVX512-BF16's
+/// dot product computes (see [`pair_product`]). `fxmlir.pairs` rewrites bf16 convolutions so.
+fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let x = ctx.tensor(node, 0)?;
+    let pairs = ctx.tensor(node, 1)?;
+    let out = ctx.out(0)?.clone();
+    if x.dtype != DType::Bfloat16 || pairs.dtype != DType::Bfloat16 {
+        return fail(format!(
+            "conv_pairs takes bfloat16 operands, got {} and {}",
+            x.dtype.name(),
+            pairs.dtype.name()
+        ));
+    }
+    let nd = pairs.rank().saturating_sub(3);
+    let fits = (1..=3).contains(&nd)
+        && x.rank() == nd + 2
+        && pairs.shape[nd + 2] == 2
+        && (2 * pairs.shape[1] - x.shape[1]) as u64 <= 1;
+    if !fits {
+        return fail(format!(
+            "conv_pairs: input of shape {:?} does not match a weight packed as {:?} (out, in / 2, kernel..., 2)",
+            x.shape, pairs.shape
+        ));
+    }
+    let stride = per_dim(ctx.int_list(node, 2)?, nd, "stride")?;
+    let padding = per_dim(ctx.int_list(node, 3)?, nd, "padding")?;
+    let dilation = per_dim(ctx.int_list(node, 4)?, nd, "dilation")?;
+    if stride.iter().any(|&s| s <= 0)
+        || dilation.iter().any(|&d| d <= 0)
+        || padding.iter().any(|&p| p < 0)
+    {
+        return fail(format!(
+            "stride {stride:?} and dilation {dilation:?} must be positive, padding {padding:?} non-negative"
+        ));
+    }
+    let (out_channels, half) = (pairs.shape[0], pairs.shape[1]);
+    let kernel = pairs.shape[2..nd + 2].to_vec();
+    let (out_spatial, padded) = windowed(ctx, &x, 2 * half, &kernel, &stride, &padding, &dilation)?;
+    let batch = x.shape[0];
+    let mut expected = vec![batch, out_channels];
+    expected.extend(&out_spatial);
+    check_shape(&out.shape, &expected)?;
+    if out.dtype != DType::Float32 {
+        return fail(format!(
+            "conv_pairs returns float32, not {}",
+            out.dtype.name()
+        ));
+    }
+    if expected.contains(&0) || x.shape[1] == 0 {
+        return Ok(vec![ctx.e.splat(&out.shape, out.dtype, Scalar::Int(0))?]);
+    }
+    // Loops: c / 2, k…, n, o…, c % 2.
+    let rank = 2 * nd + 3;
+    let geo = Geometry {
+        batch,
+        groups: 1,
+        in_per_group: 2 * half,
+        out_channels,
+        kernel: &kernel,
+        out_spatial: &out_spatial,
+        stride: &stride,
+        dilation: &dilation,
+    };
+    let mut read = dims([nd + 1]);
+    read.push(format!("d0 * 2 + d{}", rank - 1));
+    read.extend(geo.taps(|i| nd + 2 + i, |i| 1 + i));
+    let mut patch_shape = vec![half];
+    patch_shape.extend(&kernel);
+    patch_shape.push(batch);
+    patch_shape.extend(&out_spatial);
+    patch_shape.push(2);
+    let init = ctx.e.empty(&patch_shape, DType::Bfloat16)?;
+    let patches = ctx.e.generic(
+        &[(padded.value, affine(rank, &read))],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |_, v| Ok(vec![v[0]]),
+    )?[0];
+    let taps = half * kernel.iter().product::<i64>();
+    let columns = batch * out_spatial.iter().product::<i64>();
+    let patches = Tensor {
+        value: patches,
+        shape: patch_shape,
+        dtype: DType::Bfloat16,
+    };
+    let patches = ctx.reshape(&patches, &[taps, columns, 2])?;
+    let wide = columns + (-columns).rem_euclid(PAIR_COLUMNS);
+    let patches = place(
+        ctx,
+        &patches,
+        Scalar::Int(0),
+        &[taps, wide, 2],
+        &[0, 0, 0],
+        &[1, 1, 1],
+    )?;
+    let weight = ctx.reshape(&pairs, &[out_channels, taps, 2])?;
+    let mut product = pair_product(ctx, &weight, &patches)?;
+    if wide != columns {
+        let value = ctx.e.extract_slice(
+            product.value,
+            &[0, 0],
+            &[out_channels, columns],
+            &[1, 1],
+            &[out_channels, columns],
+            DType::Float32,
+        )?;
+        product = Tensor {
+            value,
+            shape: vec![out_channels, columns],
+            dtype: DType::Float32,
+        };
+    }
+    // [oc, (n, o…)] is the result for one image; several are [n, oc, o…] read from [oc, n, o…].
+    if batch == 1 {
+        return Ok(vec![ctx.reshape(&product, &out.shape)?.value]);
+    }
+    let mut by_channel = vec![out_channels, batch];
+    by_channel.extend(&out_spatial);
+    let product = ctx.reshape(&product, &by_channel)?;
+    let mut read = dims([1, 0]);
+    read.extend(dims(2..nd + 2));
+    let init = ctx.e.empty(&out.shape, DType::Float32)?;
+    ctx.e.generic(
+        &[(product.value, affine(nd + 2, &read))],
+        &[(init, emit::identity_map(nd + 2))],
+        &vec![Iter::Parallel; nd + 2],
+        |_, v| Ok(vec![v[0]]),
+    )
+}
+
+/// The output size of a (non-transposed) correlation and the input it reads: `x` in a zero
+/// canvas of `channels` channels (at least `x`'s; the extra ones are zero), padded by `padding`
+/// and cut to the part the windows read, `[0, (o - 1) s + d (k - 1) + 1)`.
+fn windowed<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    channels: i64,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+) -> Result<(Vec<i64>, Tensor<'c, 'a>)> {
+    let nd = kernel.len();
+    let mut out_spatial = Vec::with_capacity(nd);
+    for i in 0..nd {
+        let reach = dilation[i] * (kernel[i] - 1);
+        let span = x.shape[2 + i] + 2 * padding[i] - reach - 1;
+        if span < 0 {
+            return fail(format!(
+                "input size {} (padded by {}) is smaller than the dilated kernel {}",
+                x.shape[2 + i],
+                padding[i],
+                reach + 1
+            ));
+        }
+        out_spatial.push(span / stride[i] + 1);
+    }
+    let mut canvas = vec![x.shape[0], channels];
+    canvas.extend(
+        (0..nd).map(|i| (out_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1),
+    );
+    let mut offsets = vec![0, 0];
+    offsets.extend(padding);
+    let padded = place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
+    Ok((out_spatial, padded))
 }
 
 /// The correlation's sizes: the padded input is [batch, groups · in_per_group, padded…], the

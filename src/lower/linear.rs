@@ -57,8 +57,20 @@ fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
             pairs.shape
         ));
     }
-    let n = pairs.shape[1];
     let a = ctx.reshape(&a, &[m, k / 2, 2])?;
+    let product = pair_product(ctx, &a, &pairs)?;
+    Ok(vec![ctx.cast(&product, out.dtype)?.value])
+}
+
+/// The f32 product of `a` (m x k x 2) and `pairs` (k x n x 2), both bf16, whose last dimension
+/// pairs adjacent steps of the reduction: the `linalg.contract` over [`PAIR_MAPS`] that the
+/// schedule maps to AVX512-BF16's dot product.
+pub(super) fn pair_product<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    a: &Tensor<'c, 'a>,
+    pairs: &Tensor<'c, 'a>,
+) -> Result<Tensor<'c, 'a>> {
+    let (m, n) = (a.shape[0], pairs.shape[1]);
     let zero = ctx.e.splat(&[m, n], DType::Float32, Scalar::Int(0))?;
     let maps = ctx.e.attr(PAIR_MAPS)?;
     let value = ctx.e.named_linalg(
@@ -67,12 +79,11 @@ fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
         zero,
         &[("indexing_maps", maps)],
     )?;
-    let product = Tensor {
+    Ok(Tensor {
         value,
         shape: vec![m, n],
         dtype: DType::Float32,
-    };
-    Ok(vec![ctx.cast(&product, out.dtype)?.value])
+    })
 }
 
 /// `a @ b` for rank-2 (`linalg.matmul`) or rank-3 (`linalg.batch_matmul`) operands, in the

@@ -165,6 +165,14 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             .ok_or_else(|| Error::InvalidGraph(format!("no metadata for `{}`", r.node)))
     }
 
+    /// Whether anything reads output `index` of `node`.
+    pub fn used(&self, node: &Node, index: usize) -> bool {
+        self.graph.is_used(&ValueRef {
+            node: node.name.clone(),
+            index,
+        })
+    }
+
     /// The metadata of the current node's outputs.
     pub fn out(&self, index: usize) -> Result<&TensorMeta> {
         self.node_outputs

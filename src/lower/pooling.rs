@@ -212,6 +212,27 @@ fn lower_max_pool<'c, 'a>(
         )
     }));
     inputs.push((padded.value, affine(rank, &read)));
+    let write = affine(rank, &dims(0..lead + nd));
+    let best = ctx.e.splat(&shape, x.dtype, lowest(x.dtype))?;
+    let mut iters = vec![Iter::Parallel; lead + nd];
+    iters.extend(vec![Iter::Reduction; nd]);
+    let dtype = x.dtype;
+    if !ctx.used(node, 1) {
+        // The maximum alone (padding holds the lowest value, which never wins over an input
+        // tap): no position tables, no index to carry. The window operand carries the kernel
+        // extent, as in average pooling.
+        let window = ctx.e.empty(&win.kernel, dtype)?;
+        let reads = [inputs[0].clone(), (window, affine(rank, &dims(k(0)..rank)))];
+        let values = ctx.e.generic(&reads, &[(best, write)], &iters, |b, v| {
+            let mut better = b.compare("gt", v[0], v[2], dtype)?;
+            if dtype.is_float() {
+                let nan = b.cmpf("uno", v[0], v[0])?;
+                better = b.same("arith.ori", &[better, nan])?;
+            }
+            Ok(vec![b.select(better, v[0], v[2])?])
+        })?[0];
+        return Ok(vec![values, ctx.e.empty(&shape, DType::Int64)?]);
+    }
     for i in 0..nd {
         let mut positions = Vec::new();
         for out_pos in 0..out_spatial[i] {
@@ -223,12 +244,7 @@ fn lower_max_pool<'c, 'a>(
         let t = int_table(&ctx.e, &positions, &[out_spatial[i], win.kernel[i]])?;
         inputs.push((t, affine(rank, &dims([o(i), k(i)]))));
     }
-    let write = affine(rank, &dims(0..lead + nd));
-    let best = ctx.e.splat(&shape, x.dtype, lowest(x.dtype))?;
     let none = ctx.e.splat(&shape, DType::Int64, Scalar::Int(-1))?;
-    let mut iters = vec![Iter::Parallel; lead + nd];
-    iters.extend(vec![Iter::Reduction; nd]);
-    let dtype = x.dtype;
     let results = ctx.e.generic(
         &inputs,
         &[(best, write.clone()), (none, write)],
