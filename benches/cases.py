@@ -134,6 +134,20 @@ def _llama_bf16():
     return model, (ids,)
 
 
+def _resnet50(dtype: torch.dtype):
+    """torchvision resnet50 in ``dtype`` on one 224 x 224 image, the size it was trained at
+    (the other convolution cases are small images)."""
+
+    def build():
+        import torchvision
+
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50().eval().to(dtype)
+        return model, (torch.randn(1, 3, 224, 224, dtype=dtype),)
+
+    return build
+
+
 def _gemm(name: str, m: int, k: int, n: int) -> Case:
     return Case(
         name,
@@ -202,6 +216,20 @@ def all_cases() -> dict[str, Case]:
             "model",
             _bert_base,
             "transformers BERT, 2 layers at BERT-base width (d=768), 1 x 128 ids",
+            extra=True,
+        ),
+        Case(
+            "resnet50",
+            "model",
+            _resnet50(torch.float32),
+            "torchvision resnet50, 1 x 3 x 224 x 224",
+            extra=True,
+        ),
+        Case(
+            "resnet50_bf16",
+            "model",
+            _resnet50(torch.bfloat16),
+            "torchvision resnet50 in bfloat16, 1 x 3 x 224 x 224",
             extra=True,
         ),
         _gemm("gemm_256", 256, 256, 256),
