@@ -142,10 +142,12 @@ const PARALLEL: Stage = Stage {
 };
 
 /// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
-/// are computed in place; the others are copied into the caller's memrefs.
+/// are computed in place; the others are copied into the caller's memrefs. A function that
+/// writes its result into an argument (a pairs product the schedule left a call) stops
+/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer.
 const BUFFERIZE: Stage = Stage {
     name: "bufferize",
-    pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+    pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
     hook: Hook::None,
 };
 
