@@ -228,15 +228,23 @@ def _pack_convolutions(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) ->
             conv = (torch.ops.fxmlir.conv_pairs.default, (x, packed, stride, padding, dilation), {})
             result = chain(graph, node, [conv])
             if bias is not None:
-                shaped = chain(graph, node, [(aten.view.default, (bias, [out] + [1] * nd), {})])
-                result = chain(graph, node, [(aten.add.Tensor, (result, shaped), {})])
-            result = chain(
-                graph, node, [(aten._to_copy.default, (result,), {"dtype": torch.bfloat16})]
-            )
-        node.replace_all_uses_with(result)
-        graph.erase_node(node)
+                bias = chain(graph, node, [(aten.view.default, (bias, [out] + [1] * nd), {})])
+        _replace(graph, node, result, bias)
         rewritten += 1
     return rewritten
+
+
+def _replace(
+    graph: torch.fx.Graph, node: torch.fx.Node, result: torch.fx.Node, bias: object
+) -> None:
+    """Replaces ``node`` by the f32 ``result`` plus ``bias`` (if not None), rounded once to
+    bf16."""
+    with graph.inserting_before(node):
+        if bias is not None:
+            result = chain(graph, node, [(aten.add.Tensor, (result, bias), {})])
+        result = chain(graph, node, [(aten._to_copy.default, (result,), {"dtype": torch.bfloat16})])
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
 
 
 def _pack_products(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int:
@@ -274,13 +282,7 @@ def _pack_products(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int
             product = chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
             if pad:
                 product = chain(graph, node, [(aten.slice.Tensor, (product, 1, 0, n), {})])
-            if bias is not None:
-                product = chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
-            out = chain(
-                graph, node, [(aten._to_copy.default, (product,), {"dtype": torch.bfloat16})]
-            )
-        node.replace_all_uses_with(out)
-        graph.erase_node(node)
+        _replace(graph, node, product, bias)
         rewritten += 1
     return rewritten
 

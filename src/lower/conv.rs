@@ -360,7 +360,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     let fits = (1..=3).contains(&nd)
         && x.rank() == nd + 2
         && pairs.shape[nd + 2] == 2
-        && (2 * pairs.shape[1] - x.shape[1]) as u64 <= 1;
+        && matches!(2 * pairs.shape[1] - x.shape[1], 0 | 1);
     if !fits {
         return fail(format!(
             "conv_pairs: input of shape {:?} does not match a weight packed as {:?} (out, in / 2, kernel..., 2)",
