@@ -124,20 +124,28 @@ func.func @mm_f64(%arg0: memref<24x40xf64>, %arg1: memref<40x48xf64>, %arg2: mem
 // -----
 
 // Awkward sizes keep full tiles: 37 rows (prime) are cut after 32 into 8-row tiles and one
-// 5-row tile (each part accumulating into its slice of the filled output), 23 columns are one
-// 23-lane row, 19 (prime) reduction steps go one at a time; the unit batch dimension is dropped
-// from the vector ops.
+// 5-row tile (each part accumulating into its slice of the filled output); 23 columns are one
+// vector of 16 and a row of 7 (not one row of 23: a register tile of one vector and a part of
+// one ran 5-7x slower); 19 (prime) reduction steps go one at a time; the unit batch dimension
+// is dropped from the vector ops.
 // CHECK-LABEL: func.func @bmm_odd(
 // CHECK:         %[[FILL:.*]] = linalg.fill
-// CHECK:         scf.for {{.*}} -> (tensor<4x32x23xf32>)
-// CHECK:           scf.for {{.*}} -> (tensor<4x32x23xf32>)
-// CHECK:             scf.for {{.*}} -> (vector<8x23xf32>)
-// CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x23xf32> into vector<8x23xf32>
-// CHECK:         %[[TOP:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0, 0] [4, 32, 23]
-// CHECK:         scf.for {{.*}} -> (tensor<4x5x23xf32>)
-// CHECK:           scf.for {{.*}} -> (vector<5x23xf32>)
-// CHECK:             vector.contract {{.*}} : vector<5x1xf32>, vector<1x23xf32> into vector<5x23xf32>
-// CHECK:         tensor.insert_slice %{{.*}} into %[[TOP]][0, 32, 0] [4, 5, 23]
+// CHECK:         scf.for {{.*}} -> (tensor<4x32x16xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<4x32x16xf32>)
+// CHECK:             scf.for {{.*}} -> (vector<8x16xf32>)
+// CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x16xf32> into vector<8x16xf32>
+// CHECK:         %[[TOP:.*]] = tensor.insert_slice %{{.*}} into %{{.*}}[0, 0, 0] [4, 32, 16]
+// CHECK:         scf.for {{.*}} -> (tensor<4x5x16xf32>)
+// CHECK:           scf.for {{.*}} -> (vector<5x16xf32>)
+// CHECK:             vector.contract {{.*}} : vector<5x1xf32>, vector<1x16xf32> into vector<5x16xf32>
+// CHECK:         %[[LEFT:.*]] = tensor.insert_slice %{{.*}} into %[[TOP]][0, 32, 0] [4, 5, 16]
+// CHECK:         %[[WITH_LEFT:.*]] = tensor.insert_slice %[[LEFT]] into %[[FILL]][0, 0, 0] [4, 37, 16]
+// CHECK:         scf.for {{.*}} -> (tensor<4x32x7xf32>)
+// CHECK:           scf.for {{.*}} -> (vector<8x7xf32>)
+// CHECK:             vector.contract {{.*}} : vector<8x1xf32>, vector<1x7xf32> into vector<8x7xf32>
+// CHECK:         scf.for {{.*}} -> (tensor<4x5x7xf32>)
+// CHECK:           scf.for {{.*}} -> (vector<5x7xf32>)
+// CHECK:         tensor.insert_slice %{{.*}} into %[[WITH_LEFT]][0, 0, 16] [4, 37, 7]
 // CHECK-NOT:     linalg.
 func.func @bmm_odd(%arg0: memref<4x37x19xf32>, %arg1: memref<4x19x23xf32>, %arg2: memref<4x37x23xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32

@@ -169,6 +169,11 @@ pub struct Tiles {
     pub m_split: Option<Split>,
     /// Columns cut where no whole number of vectors divides them.
     pub n_split: Option<Split>,
+    /// The rest of `n_split` cut again after one vector, when it is more than one vector but
+    /// not two: a register tile of one whole vector and a part of one per row ran 5-7x slower
+    /// than whole vectors (512 x 4608 x 17: 1.5 ms, x 16: 0.22 ms; x 49, whose rest is 17
+    /// columns: 2.1 ms, x 48: 0.67 ms).
+    pub n_tail: Option<Split>,
     /// Reduction steps per inner-loop iteration.
     pub ku: i64,
     /// Reduction block (cache blocking); `None` keeps the whole reduction inside the tile.
@@ -212,9 +217,18 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
     } else if p.n > 2 * lanes {
         let at = p.n / (2 * lanes) * (2 * lanes);
         (2 * lanes, Some(Split { at, rest: p.n - at }))
+    } else if p.n > lanes && p.n % lanes != 0 {
+        // One vector, then less than one.
+        (lanes, Some(Split { at: lanes, rest: p.n - lanes }))
     } else {
         (p.n, None)
     };
+    let n_tail = n_split
+        .filter(|s| s.rest > lanes && nr == 2 * lanes)
+        .map(|s| Split {
+            at: lanes,
+            rest: s.rest - lanes,
+        });
     // Accumulators use about half the registers: eight rows of two vectors with 32 registers.
     let vectors_per_row = ((nr + lanes - 1) / lanes).max(1);
     let mr_limit = (target.registers / 2 / vectors_per_row).clamp(1, 8);
@@ -272,6 +286,7 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
         nr,
         m_split,
         n_split,
+        n_tail,
         ku,
         kc,
         nc,
@@ -728,7 +743,7 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         })
     };
     let why = format!(
-        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}",
+        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}",
         if batched { "batch_matmul" } else { "matmul" },
         p.problem.element.name(),
         p.chunks.as_ref().map_or(String::new(), |c| format!(
@@ -745,6 +760,7 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         )),
         split("rows", t.m_split),
         split("columns", t.n_split),
+        split("column rest", t.n_tail),
         match (p.epilogue.is_some(), t.columns_outer) {
             (true, _) => ", epilogue fused",
             (false, true) => ", columns outermost",
@@ -782,7 +798,14 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
     if let Some(s) = t.n_split {
         let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, s.at)?;
         main = head;
-        column_parts.push((rest, s.rest, None));
+        match t.n_tail {
+            Some(tail) => {
+                let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, tail.at)?;
+                column_parts.push((vector, tail.at, None));
+                column_parts.push((last, tail.rest, None));
+            }
+            None => column_parts.push((rest, s.rest, None)),
+        }
     }
     let columns = p.chunks.as_ref().map_or(p.problem.n, |c| c.chunk.n);
     let main_columns = t.n_split.map_or(columns, |s| s.at);
@@ -1521,10 +1544,14 @@ mod tests {
         let t = choose(&problem(197, 768, 3072, Element::F32), Target::AVX512);
         assert_eq!((t.kc, t.nc), (Some(128), block(512, 3072)));
         // Blocks need not divide the columns: 2976 main columns are 5 blocks of 512 and 416
-        // unblocked columns, then a 24-column tile.
+        // unblocked columns, then 24 columns.
         let t = choose(&problem(197, 768, 3000, Element::F32), Target::AVX512);
         assert_eq!(t.nc, block(512, 2560));
         assert_eq!(t.n_split, Some(Split { at: 2976, rest: 24 }));
+        // That tile is one vector and 8 columns, as is a whole width of 24.
+        assert_eq!(t.n_tail, Some(Split { at: 16, rest: 8 }));
+        let t = choose(&problem(64, 64, 24, Element::F32), Target::AVX512);
+        assert_eq!((t.nr, t.n_split, t.n_tail), (16, Some(Split { at: 16, rest: 8 }), None));
         // f64 3000 columns: pairs of 8-lane vectors up to 2992, then one vector.
         let t = choose(&problem(64, 64, 3000, Element::F64), Target::AVX512);
         assert_eq!((t.nr, t.n_split), (16, Some(Split { at: 2992, rest: 8 })));
