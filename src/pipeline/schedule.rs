@@ -219,7 +219,13 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
         (2 * lanes, Some(Split { at, rest: p.n - at }))
     } else if p.n > lanes && p.n % lanes != 0 {
         // One vector, then less than one.
-        (lanes, Some(Split { at: lanes, rest: p.n - lanes }))
+        (
+            lanes,
+            Some(Split {
+                at: lanes,
+                rest: p.n - lanes,
+            }),
+        )
     } else {
         (p.n, None)
     };
@@ -1551,7 +1557,10 @@ mod tests {
         // That tile is one vector and 8 columns, as is a whole width of 24.
         assert_eq!(t.n_tail, Some(Split { at: 16, rest: 8 }));
         let t = choose(&problem(64, 64, 24, Element::F32), Target::AVX512);
-        assert_eq!((t.nr, t.n_split, t.n_tail), (16, Some(Split { at: 16, rest: 8 }), None));
+        assert_eq!(
+            (t.nr, t.n_split, t.n_tail),
+            (16, Some(Split { at: 16, rest: 8 }), None)
+        );
         // f64 3000 columns: pairs of 8-lane vectors up to 2992, then one vector.
         let t = choose(&problem(64, 64, 3000, Element::F64), Target::AVX512);
         assert_eq!((t.nr, t.n_split), (16, Some(Split { at: 2992, rest: 8 })));
