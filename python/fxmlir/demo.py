@@ -115,7 +115,8 @@ def llama_bf16() -> tuple[nn.Module, torch.Tensor]:
 
 def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
     """torchvision's resnet18 and mobilenet_v3_small, transformers' BERT, GPT-2 and Llama
-    (small configs, and Llama in bfloat16 at d=512), all with random weights."""
+    (small configs, and Llama in bfloat16 at d=512), and resnet18 in bfloat16 on a 224 x 224
+    image, all with random weights."""
     import warnings
 
     import torchvision
@@ -138,6 +139,11 @@ def real_models() -> list[tuple[str, nn.Module, torch.Tensor]]:
         ("transformers GPT-2 (2 layers, d=128)", gpt2, ids),
         ("transformers Llama (2 layers, d=128, grouped-query attention)", llama_model(), ids),
         ("transformers Llama in bfloat16 (2 layers, d=512)", *llama_bf16()),
+        (
+            "torchvision resnet18 in bfloat16 (224 x 224)",
+            torchvision.models.resnet18(weights=None).to(torch.bfloat16),
+            torch.randn(1, 3, 224, 224, dtype=torch.bfloat16),
+        ),
     ]
 
 
