@@ -18,17 +18,17 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
+use super::linear::pair_product;
 use super::resize::{affine, check_shape, dims, place};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
+use crate::error::Result;
+use crate::graph::{DType, Node};
+use melior::ir::Value;
 
 /// Input and output channels per group from which a grouped convolution is a batched matrix
 /// product (each group's product at least 8 x 8 by its taps); below it, a depthwise-like one
 /// stays a direct loop nest.
 const GROUP_PRODUCT_CHANNELS: i64 = 8;
-use super::linear::pair_product;
-use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
-use crate::error::Result;
-use crate::graph::{DType, Node};
-use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
     r.add("aten.convolution.default", lower_convolution);
