@@ -575,7 +575,9 @@ fn direct_correlation<'c, 'a>(
 /// Float convolution as a matrix product: the patches
 /// `p[g, (c, k…), (n, o…)] = x[n, g, c, o·s + k·d]` (converted to `acc`) and the weight as
 /// [g, cout / g, c·k…] give `w @ p`, [cout, n, o…]: one `linalg.matmul` without groups, one
-/// `linalg.batch_matmul` over the groups with them.
+/// `linalg.batch_matmul` over the groups with them. A pointwise convolution of one image (a
+/// 1 x 1 kernel, stride 1, no groups, nothing to convert) multiplies the input itself, whose
+/// layout [c, (h, w)] is its patch matrix.
 fn im2col_product<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
@@ -583,9 +585,7 @@ fn im2col_product<'c, 'a>(
     weight: &Tensor<'c, 'a>,
     acc: DType,
 ) -> Result<Tensor<'c, 'a>> {
-    let nd = geo.kernel.len();
-    let channels = geo.in_per_group;
-    let taps: i64 = channels * geo.kernel.iter().product::<i64>();
+    let taps: i64 = geo.in_per_group * geo.kernel.iter().product::<i64>();
     let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
     // Without groups, no group loop: the patches and the product are plain matrices.
     let lead: Vec<i64> = if geo.groups > 1 {
@@ -594,37 +594,18 @@ fn im2col_product<'c, 'a>(
         vec![]
     };
     let g = lead.len();
-    let mut grouped_input = vec![geo.batch];
-    grouped_input.extend(&lead);
-    grouped_input.push(channels);
-    grouped_input.extend(&padded.shape[2..]);
-    let input = ctx.reshape(padded, &grouped_input)?;
-    // Loops: (g), c, k…, n, o… (the patch matrix's rows, then its columns).
-    let rank = g + 2 + 2 * nd;
-    let mut patch_shape = lead.clone();
-    patch_shape.push(channels);
-    patch_shape.extend(geo.kernel);
-    patch_shape.push(geo.batch);
-    patch_shape.extend(geo.out_spatial);
-    let mut read = dims([g + 1 + nd]);
-    read.extend(dims(0..g + 1));
-    read.extend(geo.taps(|i| g + 2 + nd + i, |i| g + 1 + i));
-    let init = ctx.e.empty(&patch_shape, acc)?;
-    let from = input.dtype;
-    let patches = ctx.e.generic(
-        &[(input.value, affine(rank, &read))],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
-    )?[0];
-    let patches = Tensor {
-        value: patches,
-        shape: patch_shape,
-        dtype: acc,
+    let pointwise = geo.batch == 1
+        && g == 0
+        && geo.kernel.iter().all(|&k| k == 1)
+        && geo.stride.iter().all(|&s| s == 1)
+        && padded.dtype == acc;
+    let patches = if pointwise {
+        ctx.reshape(padded, &[taps, columns])?
+    } else {
+        gathered_patches(ctx, geo, padded, &lead, acc)?
     };
-    let rows = geo.out_channels / geo.groups;
-    let patches = ctx.reshape(&patches, &[lead.clone(), vec![taps, columns]].concat())?;
     let patches = whole_columns(ctx, &patches, g + 1)?;
+    let rows = geo.out_channels / geo.groups;
     let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;
     let product_shape = [lead, vec![rows, patches.shape[g + 1]]].concat();
@@ -645,4 +626,49 @@ fn im2col_product<'c, 'a>(
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
     ctx.reshape(&first_columns(ctx, &product, g + 1, columns)?, &shape)
+}
+
+/// The patch matrix `p[(g), (c, k…), (n, o…)]` of [`im2col_product`], gathered from the
+/// padded input (one generic) and converted to `acc`; `lead` is `[groups]` or empty.
+fn gathered_patches<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    geo: &Geometry<'_>,
+    padded: &Tensor<'c, 'a>,
+    lead: &[i64],
+    acc: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let nd = geo.kernel.len();
+    let channels = geo.in_per_group;
+    let g = lead.len();
+    let mut grouped_input = vec![geo.batch];
+    grouped_input.extend(lead);
+    grouped_input.push(channels);
+    grouped_input.extend(&padded.shape[2..]);
+    let input = ctx.reshape(padded, &grouped_input)?;
+    // Loops: (g), c, k…, n, o… (the patch matrix's rows, then its columns).
+    let rank = g + 2 + 2 * nd;
+    let mut patch_shape = lead.to_vec();
+    patch_shape.push(channels);
+    patch_shape.extend(geo.kernel);
+    patch_shape.push(geo.batch);
+    patch_shape.extend(geo.out_spatial);
+    let mut read = dims([g + 1 + nd]);
+    read.extend(dims(0..g + 1));
+    read.extend(geo.taps(|i| g + 2 + nd + i, |i| g + 1 + i));
+    let init = ctx.e.empty(&patch_shape, acc)?;
+    let from = input.dtype;
+    let patches = ctx.e.generic(
+        &[(input.value, affine(rank, &read))],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
+    )?[0];
+    let patches = Tensor {
+        value: patches,
+        shape: patch_shape,
+        dtype: acc,
+    };
+    let taps: i64 = channels * geo.kernel.iter().product::<i64>();
+    let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
+    ctx.reshape(&patches, &[lead.to_vec(), vec![taps, columns]].concat())
 }
