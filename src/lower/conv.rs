@@ -44,6 +44,29 @@ fn per_dim(list: Vec<i64>, n: usize, name: &str) -> Result<Vec<i64>> {
     }
 }
 
+/// A convolution's stride, padding and dilation: the int lists at argument `at` and the two
+/// after it, one value per spatial dimension; strides and dilations positive, padding not
+/// negative.
+fn window_params(
+    ctx: &LowerCtx<'_, '_>,
+    node: &Node,
+    at: usize,
+    nd: usize,
+) -> Result<(Vec<i64>, Vec<i64>, Vec<i64>)> {
+    let stride = per_dim(ctx.int_list(node, at)?, nd, "stride")?;
+    let padding = per_dim(ctx.int_list(node, at + 1)?, nd, "padding")?;
+    let dilation = per_dim(ctx.int_list(node, at + 2)?, nd, "dilation")?;
+    if stride.iter().any(|&s| s <= 0) || dilation.iter().any(|&d| d <= 0) {
+        return fail(format!(
+            "stride {stride:?} and dilation {dilation:?} must be positive"
+        ));
+    }
+    if padding.iter().any(|&p| p < 0) {
+        return fail(format!("padding {padding:?} must be non-negative"));
+    }
+    Ok((stride, padding, dilation))
+}
+
 fn lower_convolution<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
@@ -65,20 +88,13 @@ fn lower_convolution<'c, 'a>(
             x.shape, w.shape
         ));
     }
-    let stride = per_dim(ctx.int_list(node, 3)?, nd, "stride")?;
-    let padding = per_dim(ctx.int_list(node, 4)?, nd, "padding")?;
-    let dilation = per_dim(ctx.int_list(node, 5)?, nd, "dilation")?;
+    let (stride, padding, dilation) = window_params(ctx, node, 3, nd)?;
     let transposed = ctx.bool(node, 6)?;
     let output_padding = per_dim(ctx.int_list(node, 7)?, nd, "output_padding")?;
     let groups = ctx.int(node, 8)?;
-    if stride.iter().any(|&s| s <= 0) || dilation.iter().any(|&d| d <= 0) {
+    if output_padding.iter().any(|&p| p < 0) {
         return fail(format!(
-            "stride {stride:?} and dilation {dilation:?} must be positive"
-        ));
-    }
-    if padding.iter().any(|&p| p < 0) || output_padding.iter().any(|&p| p < 0) {
-        return fail(format!(
-            "padding {padding:?} and output_padding {output_padding:?} must be non-negative"
+            "output_padding {output_padding:?} must be non-negative"
         ));
     }
     if groups <= 0 {
@@ -367,17 +383,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
             x.shape, pairs.shape
         ));
     }
-    let stride = per_dim(ctx.int_list(node, 2)?, nd, "stride")?;
-    let padding = per_dim(ctx.int_list(node, 3)?, nd, "padding")?;
-    let dilation = per_dim(ctx.int_list(node, 4)?, nd, "dilation")?;
-    if stride.iter().any(|&s| s <= 0)
-        || dilation.iter().any(|&d| d <= 0)
-        || padding.iter().any(|&p| p < 0)
-    {
-        return fail(format!(
-            "stride {stride:?} and dilation {dilation:?} must be positive, padding {padding:?} non-negative"
-        ));
-    }
+    let (stride, padding, dilation) = window_params(ctx, node, 2, nd)?;
     let (out_channels, half) = (pairs.shape[0], pairs.shape[1]);
     let kernel = pairs.shape[2..nd + 2].to_vec();
     let (out_spatial, padded) = windowed(ctx, &x, 2 * half, &kernel, &stride, &padding, &dilation)?;
