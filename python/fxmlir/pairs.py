@@ -4,7 +4,9 @@
 products to an f32 lane: twice the multiply-adds of an f32 FMA per instruction. It wants the
 right operand of ``a @ b`` packed in pairs along the reduction, ``pairs[k // 2, n, k % 2] =
 b[k, n]``, so that one 64-byte load holds a pair for each of 16 columns. Packing costs a copy of
-``b`` per product, which only pays when ``b`` is a weight, packed once.
+``b``: a weight is packed here, once; the kernel packs the right operand of a product of two
+computed operands (attention's) itself, on every call, where enough rows repay the copy
+(``computed_pairs`` in ``src/lower/linear.rs``).
 
 So before hoisting, each bf16 ``mm`` / ``addmm`` whose right operand the graph computes from
 parameters alone (a linear layer's ``t(weight)``) becomes

@@ -91,10 +91,9 @@ def test_products_it_cannot_tile_stay_plain(tmp_path, case):
     _, model, shape, packed = case
     torch.manual_seed(0)
     model = model.to(torch.bfloat16).eval()
-    targets, _, llvm = _run(model, torch.randn(shape, dtype=torch.bfloat16), tmp_path)
+    targets, _, _ = _run(model, torch.randn(shape, dtype=torch.bfloat16), tmp_path)
     assert targets.count("fxmlir.mm_pairs.default") == packed, targets
     assert targets.count("aten.addmm.default") == 2 - packed, targets
-    assert ("dpbf16ps" in llvm) == bool(packed)
 
 
 @pytest.mark.parametrize(
@@ -116,14 +115,57 @@ def test_packed_widths_are_padded(tmp_path, hidden, packed):
     assert "aten.constant_pad_nd.default" not in targets, targets
 
 
-def test_products_of_activations_stay_plain(tmp_path):
-    """Packing per call would cost as much as it saves: only weights are packed."""
-    a = torch.randn(32, 64, dtype=torch.bfloat16)
-    b = torch.randn(64, 48, dtype=torch.bfloat16)
+@pytest.mark.parametrize(
+    "a_shape, b_shape, dot",
+    [
+        # 32 rows: the kernel packs the right operand per call (its pairs: one zero column
+        # for the odd reduction, zero columns up to 64), then multiplies on the dot product.
+        ((32, 63), (63, 50), True),
+        # Batched, as attention's products are: 8 rows per batch of a small right operand.
+        ((6, 8, 40), (6, 40, 24), True),
+        # 4 rows: packing would cost more than it saves; the operands are widened to f32.
+        ((3, 4, 64), (3, 64, 32), False),
+        # 16 rows of a 2 MiB right operand: packing it is slower than the widened product.
+        ((16, 1024), (1024, 1024), False),
+    ],
+    ids=["mm", "bmm", "few_rows", "large_right_operand"],
+)
+def test_products_of_activations_are_packed_in_the_kernel(tmp_path, a_shape, b_shape, dot):
+    """Only weights are packed in the graph, once; products of computed operands are packed
+    in the kernel, per call, where enough rows repay the copy (``lower/linear.rs``)."""
+    torch.manual_seed(0)
+    a = torch.randn(a_shape, dtype=torch.bfloat16)
+    b = torch.randn(b_shape, dtype=torch.bfloat16)
     with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
         actual = torch.compile(lambda a, b: a @ b, backend="fxmlir")(a, b)
-    torch.testing.assert_close(actual, a @ b, atol=ATOL, rtol=RTOL)
-    assert "fxmlir.mm_pairs.default" not in _kernel(tmp_path)[0]
+    # k products of values of about one unit: one bf16 rounding of a sum of size sqrt(k).
+    torch.testing.assert_close(actual, a @ b, atol=ATOL * a_shape[-1] ** 0.5, rtol=RTOL)
+    targets, _, llvm = _kernel(tmp_path)
+    assert "fxmlir.mm_pairs.default" not in targets, targets
+    assert ("@llvm.x86.avx512bf16.dpbf16ps.512" in llvm) == dot
+
+
+def test_bf16_attention_runs_on_dot_products(tmp_path):
+    """Both products of scaled dot-product attention: ``q @ kᵀ`` (37 keys: padded to 48
+    columns) and ``p @ v`` (an odd reduction over the 37 keys)."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 40, 32, dtype=torch.bfloat16)
+    k = torch.randn(2, 4, 37, 32, dtype=torch.bfloat16)
+    v = torch.randn(2, 4, 37, 32, dtype=torch.bfloat16)
+    mask = torch.randn(40, 37, dtype=torch.bfloat16)
+
+    def attention(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(attention, backend="fxmlir")(q, k, v, mask)
+        expected = attention(q, k, v, mask)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    (schedule,) = [p.read_text() for p in tmp_path.glob("*.01-schedule.transform.mlir")]
+    # [batch x] rows x reduction pairs x columns, as the schedule names its products.
+    assert "batch_matmul 8x40x16x48 bf16 pairs" in schedule
+    assert "batch_matmul 8x40x19x32 bf16 pairs" in schedule
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in _kernel(tmp_path)[2]
 
 
 def test_without_hoisting_weights_are_not_packed(tmp_path):

@@ -18,7 +18,7 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
-use super::linear::pair_product;
+use super::linear::{WHOLE_COLUMNS, first_entries, pad_to_multiple, pair_product};
 use super::resize::{affine, check_shape, dims, place};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
@@ -300,60 +300,6 @@ fn lower_convolution<'c, 'a>(
     Ok(result)
 }
 
-/// The patch matrix of a convolution gets zero columns up to a multiple of this many, which
-/// its product drops again: a pairs product's columns come in whole 16-lane dot products (the
-/// schedule computes nothing else with them), and an f32 product whose columns are whole
-/// AVX-512 vectors has no narrow last tile (ResNet's 7 x 7 outputs, 49 columns: 512 x 4608 x
-/// 49 took 2.1 ms, padded to 64 columns 0.7 ms).
-const WHOLE_COLUMNS: i64 = 16;
-
-/// `t` with dimension `dim` padded with zeros to a multiple of [`WHOLE_COLUMNS`].
-fn whole_columns<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    t: &Tensor<'c, 'a>,
-    dim: usize,
-) -> Result<Tensor<'c, 'a>> {
-    let mut shape = t.shape.clone();
-    shape[dim] += (-shape[dim]).rem_euclid(WHOLE_COLUMNS);
-    let rank = t.rank();
-    place(
-        ctx,
-        t,
-        Scalar::Int(0),
-        &shape,
-        &vec![0; rank],
-        &vec![1; rank],
-    )
-}
-
-/// The first `size` entries of `t` along dimension `dim`.
-fn first_columns<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    t: &Tensor<'c, 'a>,
-    dim: usize,
-    size: i64,
-) -> Result<Tensor<'c, 'a>> {
-    if t.shape[dim] == size {
-        return Ok(t.clone());
-    }
-    let mut shape = t.shape.clone();
-    shape[dim] = size;
-    let rank = t.rank();
-    let value = ctx.e.extract_slice(
-        t.value,
-        &vec![0; rank],
-        &shape,
-        &vec![1; rank],
-        &shape,
-        t.dtype,
-    )?;
-    Ok(Tensor {
-        value,
-        shape,
-        dtype: t.dtype,
-    })
-}
-
 /// `fxmlir.conv_pairs(x, pairs, stride, padding, dilation)`: a convolution without groups of a
 /// bf16 input `x` [n, c, s…] and a bf16 weight packed in pairs of input channels, `pairs[oc,
 /// c / 2, k…, c % 2] = w[oc, c, k…]` (an odd `c` is one zero channel short), accumulated and
@@ -435,9 +381,9 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
         dtype: DType::Bfloat16,
     };
     let patches = ctx.reshape(&patches, &[taps, columns, 2])?;
-    let patches = whole_columns(ctx, &patches, 1)?;
+    let patches = pad_to_multiple(ctx, &patches, 1, WHOLE_COLUMNS)?;
     let weight = ctx.reshape(&pairs, &[out_channels, taps, 2])?;
-    let product = first_columns(ctx, &pair_product(ctx, &weight, &patches)?, 1, columns)?;
+    let product = first_entries(ctx, &pair_product(ctx, &weight, &patches)?, 1, columns)?;
     // [oc, (n, o…)] is the result for one image; several are [n, oc, o…] read from [oc, n, o…].
     if batch == 1 {
         return Ok(vec![ctx.reshape(&product, &out.shape)?.value]);
@@ -610,7 +556,7 @@ fn im2col_product<'c, 'a>(
     } else {
         gathered_patches(ctx, geo, padded, &lead, acc)?
     };
-    let patches = whole_columns(ctx, &patches, g + 1)?;
+    let patches = pad_to_multiple(ctx, &patches, g + 1, WHOLE_COLUMNS)?;
     let rows = geo.out_channels / geo.groups;
     let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;
@@ -631,7 +577,7 @@ fn im2col_product<'c, 'a>(
     };
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
-    ctx.reshape(&first_columns(ctx, &product, g + 1, columns)?, &shape)
+    ctx.reshape(&first_entries(ctx, &product, g + 1, columns)?, &shape)
 }
 
 /// The patch matrix `p[(g), (c, k…), (n, o…)]` of [`im2col_product`], gathered from the

@@ -82,6 +82,10 @@ impl Element {
 /// lowering builds them and as the schedule recognises them.
 pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>]";
 
+/// The same over a batch (loops `batch, m, n, k, pair`): bf16 batched products of two
+/// computed operands, such as attention's (see `lower::linear::computed_pairs`).
+pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]";
+
 /// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
 /// the columns of a pairs product's register tile come in groups of this many.
 const PAIR_LANES: i64 = 16;
@@ -486,26 +490,38 @@ fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<P
     })
 }
 
-/// The problem of `fxmlir.mm_pairs`' contraction: [`PAIR_MAPS`] over bf16 operands of
-/// `m x k x 2` and `k x n x 2` and an f32 `m x n` accumulator (`k` counts pairs).
+/// The problem of a pairs contraction: [`PAIR_MAPS`] over bf16 operands of `m x k x 2` and
+/// `k x n x 2` and an f32 `m x n` accumulator (`k` counts pairs), or [`BATCHED_PAIR_MAPS`]
+/// over the same with a leading batch dimension.
 fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
-    if op.operand_count() != 3
-        || op.result_count() != 1
-        || op.attribute("indexing_maps").ok()?.to_string() != PAIR_MAPS
-    {
+    let maps = op.attribute("indexing_maps").ok()?.to_string();
+    let batched = maps == BATCHED_PAIR_MAPS;
+    if op.operand_count() != 3 || op.result_count() != 1 || !(batched || maps == PAIR_MAPS) {
         return None;
     }
-    let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
-    let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
-    let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    let (mut a, ta) = tensor_shape(op.operand(0).ok()?)?;
+    let (mut b, tb) = tensor_shape(op.operand(1).ok()?)?;
+    let (mut c, tc) = tensor_shape(op.operand(2).ok()?)?;
     if (ta.as_str(), tb.as_str(), tc.as_str()) != ("bf16", "bf16", "f32") {
         return None;
     }
+    let batch = if batched {
+        let lead = *a.first()?;
+        if b.first() != Some(&lead) || c.first() != Some(&lead) || lead <= 0 {
+            return None;
+        }
+        for shape in [&mut a, &mut b, &mut c] {
+            shape.remove(0);
+        }
+        Some(lead)
+    } else {
+        None
+    };
     let (&[m, k, 2], &[k2, n, 2], &[m2, n2]) = (a.as_slice(), b.as_slice(), c.as_slice()) else {
         return None;
     };
     (k == k2 && m == m2 && n == n2 && m > 0 && n > 0 && k > 0).then_some(Problem {
-        batch: None,
+        batch,
         m,
         n,
         k,
@@ -850,7 +866,7 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                 )?;
                 emit_reduction_tile(out, &part, &format!("%t{part}"), &with_zero(&[0, 0, t.ku]))?;
                 if pairs {
-                    emit_pair_lanes(out, &part, (mr, *nr))?;
+                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
                 }
                 reductions.push(format!("%kl{part}"));
             }
@@ -863,7 +879,7 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                 let part = format!("{name}_{r}");
                 let outer = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
                 if pairs {
-                    emit_pair_lanes(out, &part, (mr, *nr))?;
+                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
                 }
                 emit_vectorize(out, &part, &outer, &[format!("%kl{part}")], pairs)?;
             }
@@ -969,13 +985,20 @@ fn emit_reduction_tile(
 /// A pairs product's register tile (`%k<part>`, one step of the reduction) cut into one
 /// `1 x PAIR_LANES` tile per row and vector, its loops unrolled: each vectorises to a
 /// contraction of one pair of the left operand with a vector of pairs of the right one, which
-/// the x86vector patterns turn into a broadcast and a dot product.
-fn emit_pair_lanes(out: &mut String, part: &str, (mr, nr): (i64, i64)) -> std::fmt::Result {
+/// the x86vector patterns turn into a broadcast and a dot product. `zero` leads the sizes over
+/// a batch, whose register tile is one product already.
+fn emit_pair_lanes(
+    out: &mut String,
+    part: &str,
+    zero: &[i64],
+    (mr, nr): (i64, i64),
+) -> std::fmt::Result {
     writeln!(
         out,
-        "    %u{part}, %ul{part}:2 = transform.structured.tile_using_for %k{part} tile_sizes [1, {PAIR_LANES}] : ({ANY}) -> ({ANY}, {ANY}, {ANY})
+        "    %u{part}, %ul{part}:2 = transform.structured.tile_using_for %k{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
     transform.loop.unroll %ul{part}#1 {{factor = {}}} : {ANY}
     transform.loop.unroll %ul{part}#0 {{factor = {mr}}} : {ANY}",
+        list(&[zero, &[1, PAIR_LANES]].concat()),
         nr / PAIR_LANES
     )
 }
