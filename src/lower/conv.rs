@@ -120,6 +120,8 @@ fn lower_convolution<'c, 'a>(
     // group for a product) and integer ones stay one direct generic, which reads each input
     // element once per tap: a half-precision input is widened once, into the padded canvas,
     // rather than at every read (ConvNeXt's 7 x 7 depthwise convolutions in bf16 took 40% less).
+    // Channels per group, from the weight ([cout, cin/g, k…]; transposed [cin, cout/g, k…]),
+    // checked against the input below.
     let (in_per_group, out_per_group) = if transposed {
         (w.shape[0] / groups, w.shape[1])
     } else {
@@ -131,9 +133,8 @@ fn lower_convolution<'c, 'a>(
     let x = if product { x } else { ctx.cast(&x, acc)? };
 
     // The correlation: padded input [batch, channels, padded…], weight [g, cout/g, cin/g, k…].
-    let (out_channels, in_per_group, out_spatial, padded, weight) = if !transposed {
+    let (out_channels, out_spatial, padded, weight) = if !transposed {
         let out_channels = w.shape[0];
-        let in_per_group = w.shape[1];
         if in_per_group * groups != channels || out_channels % groups != 0 {
             return fail(format!(
                 "input of shape {:?} and weight of shape {:?} do not fit {groups} groups",
@@ -145,17 +146,15 @@ fn lower_convolution<'c, 'a>(
         let mut shape = vec![groups, out_channels / groups, in_per_group];
         shape.extend(&kernel);
         let weight = ctx.reshape(&w, &shape)?;
-        (out_channels, in_per_group, out_spatial, padded, weight)
+        (out_channels, out_spatial, padded, weight)
     } else {
         let in_channels = w.shape[0];
-        let out_per_group = w.shape[1];
         if in_channels != channels || in_channels % groups != 0 {
             return fail(format!(
                 "input of shape {:?} and transposed weight of shape {:?} do not fit {groups} groups",
                 x.shape, w.shape
             ));
         }
-        let in_per_group = in_channels / groups;
         let mut out_spatial = Vec::with_capacity(nd);
         for i in 0..nd {
             if output_padding[i] >= stride[i] && output_padding[i] >= dilation[i] {
@@ -220,13 +219,7 @@ fn lower_convolution<'c, 'a>(
             dtype: w.dtype,
         };
         // Transposed: stride 1 over the spread input.
-        (
-            out_per_group * groups,
-            in_per_group,
-            out_spatial,
-            padded,
-            weight,
-        )
+        (out_per_group * groups, out_spatial, padded, weight)
     };
     let correlation_stride = if transposed {
         vec![1; nd]
