@@ -70,6 +70,26 @@ def test_wrong_input_at_call_time_raises(bad, message):
         fn([ok, bad])
 
 
+def test_arguments_the_fast_check_rejects_are_checked_again():
+    """After a call, arguments pass Dynamo's C++ tensor check if they look exactly like that
+    call's; one it rejects (here: a size-1 dimension's stride, requires_grad, a wrong shape) is
+    checked in Python, which accepts it or raises, and later calls go on either way."""
+    gm = make_fx(lambda a, b: torch.ops.aten.add.Tensor(a, b), tracing_mode="fake")(
+        torch.randn(1, 3), torch.randn(1, 3)
+    )
+    fn = fxmlir.compile_graph(gm, None)
+    a, b = torch.randn(1, 3), torch.randn(1, 3)
+    torch.testing.assert_close(fn([a, b])[0], a + b)
+    odd_stride = torch.randn(3, 1).t()  # [1, 3] with strides (1, 1): the stride of 1 row differs
+    grad = torch.randn(1, 3, requires_grad=True)
+    for other in (odd_stride, grad, b):
+        with torch.no_grad():
+            torch.testing.assert_close(fn([a, other])[0], a + other)
+    with pytest.raises(fxmlir.CallError, match=r"got float32\[2, 3\]"):
+        fn([a, torch.randn(2, 3)])
+    torch.testing.assert_close(fn([b, a])[0], b + a)
+
+
 def test_malformed_documents_raise_graph_error():
     with pytest.raises(fxmlir.GraphError, match="malformed graph"):
         _fxmlir.compile("{ not json")
