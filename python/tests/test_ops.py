@@ -1494,6 +1494,22 @@ def empty_strided_samples(dt):
     ]
 
 
+def empty_permuted_samples(dt):
+    """``physical_layout`` orders the dimensions from outermost to innermost in memory."""
+    return [
+        S(
+            "shapes",
+            [],
+            lambda op: (
+                op([2, 3], [0, 1], dtype=dt),
+                op([2, 3, 4, 5], [0, 2, 3, 1], dtype=dt),
+                op([4, 0, 3], [2, 0, 1], dtype=dt),
+                op([], [], dtype=dt),
+            ),
+        )
+    ]
+
+
 UNSPECIFIED = "empty tensors hold arbitrary values"
 
 
@@ -3615,6 +3631,13 @@ ROWS: list[Row] = [
         "aten.empty_strided.default",
         ALL,
         empty_strided_samples,
+        tol=EXACT,
+        unspecified=UNSPECIFIED,
+    ),
+    Row(
+        "aten.empty_permuted.default",
+        ALL,
+        empty_permuted_samples,
         tol=EXACT,
         unspecified=UNSPECIFIED,
     ),

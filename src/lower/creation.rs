@@ -1,5 +1,6 @@
 //! Tensors made from scalars: `full`, `full_like`, `fill`, `scalar_tensor`, `zeros`/`ones` and
-//! their `_like` forms, `arange`, and uninitialised `empty`/`empty_strided`. Shape and dtype
+//! their `_like` forms, `arange`, and uninitialised `empty`/`empty_strided`/`empty_permuted`
+//! (what `empty_like` decomposes to). Shape and dtype
 //! come from the node's recorded output.
 
 use super::{Iter, LowerCtx, Registry, Scalar, emit, fail};
@@ -34,6 +35,7 @@ pub(super) fn register(r: &mut Registry) {
     // buffer allocated with the recorded strides.
     r.add("aten.empty.memory_format", lower_empty);
     r.add("aten.empty_strided.default", lower_empty);
+    r.add("aten.empty_permuted.default", lower_empty);
     r.add("aten.arange.start_step", lower_arange);
 }
 
