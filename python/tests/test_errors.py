@@ -9,7 +9,7 @@ import textwrap
 import fxmlir
 import pytest
 import torch
-from fxmlir import _fxmlir
+from fxmlir import _fxmlir, runtime
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -88,6 +88,24 @@ def test_arguments_the_fast_check_rejects_are_checked_again():
     with pytest.raises(fxmlir.CallError, match=r"got float32\[2, 3\]"):
         fn([a, torch.randn(2, 3)])
     torch.testing.assert_close(fn([b, a])[0], b + a)
+
+
+def test_arguments_changing_layout_in_turn_stop_rebuilding_the_fast_check(monkeypatch):
+    """Arguments that alternate between two layouts are rejected by the check built from the
+    call before; it is rebuilt at most ``runtime.MAX_GUARDS`` times, and every call is right."""
+    gm = make_fx(lambda a, b: torch.ops.aten.add.Tensor(a, b), tracing_mode="fake")(
+        torch.randn(1, 3), torch.randn(1, 3)
+    )
+    fn = fxmlir.compile_graph(gm, None)
+    built = []
+    guard = runtime._guard
+    monkeypatch.setattr(runtime, "_guard", lambda values: built.append(1) or guard(values))
+    a, b = torch.randn(1, 3), torch.randn(1, 3)
+    odd_stride = torch.randn(3, 1).t()
+    for i in range(3 * runtime.MAX_GUARDS):
+        other = odd_stride if i % 2 else b
+        torch.testing.assert_close(fn([a, other])[0], a + other)
+    assert len(built) == runtime.MAX_GUARDS
 
 
 def test_malformed_documents_raise_graph_error():
