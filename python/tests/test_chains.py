@@ -4,6 +4,7 @@ also behind the reshapes a `view` lowers to, become the product's one epilogue
 generic of its own for them."""
 
 import pathlib
+import re
 
 import fxmlir
 import pytest
@@ -28,6 +29,14 @@ def _bias_relu_scale(x, w, b):
 
 def _bias_tanh_gelu(x, w, b):
     return F.gelu(x @ w + b, approximate="tanh")
+
+
+def _bias_math(x, w, b):
+    return torch.sigmoid(torch.exp(-torch.tanh(torch.erf(x @ w + b))))
+
+
+def _bias_pow_log1p(x, w, b):
+    return torch.log1p(torch.pow((x @ w + b).abs() + 1.0, 1.5))
 
 
 def _split_last_dim(x, w, s):
@@ -63,6 +72,9 @@ CASES = {
         torch.float64,
         True,
     ),
+    # Math functions in the epilogue: libmvec's vector functions on the register tile.
+    "bias_math": (_bias_math, [(64, 32), (32, 64), (64,)], torch.float32, True),
+    "bias_pow_log1p_f64": (_bias_pow_log1p, [(64, 32), (32, 64), (64,)], torch.float64, True),
     # The view splits the last dimension, which the broadcast operand reads: not taken.
     "split_last_dim": (_split_last_dim, [(64, 32), (32, 64), (8,)], torch.float32, False),
     # A view as the last op: the product is written through a view of the output buffer.
@@ -97,3 +109,28 @@ def test_chain_matches_eager(name, threads, tmp_path):
         assert "linalg.generic" not in scheduled, "an elementwise op stayed out of the epilogue"
     else:
         assert "linalg.generic" in scheduled
+
+
+@pytest.mark.parametrize("name", ["bias_gelu_residual", "bias_math", "bias_pow_log1p_f64"])
+def test_epilogue_math_calls_vector_functions(name, tmp_path):
+    """The epilogue's math on a whole register tile becomes calls of libmvec's vector
+    functions in the loops stage (`pipeline::vmath`), not one libm call per element."""
+    fn, shapes, dtype, _ = CASES[name]
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
+            torch.compile(fn, backend="fxmlir")(*args)
+    loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.06-loops.mlir"))
+    suffix = "f" if dtype == torch.float32 else ""
+    called = set(re.findall(rf"call @_ZGV[bde]N\d+v+_([a-z0-9]+){suffix}\(", loops))
+    expected = {
+        "bias_gelu_residual": {"erf"},
+        "bias_math": {"erf", "tanh", "exp"},
+        "bias_pow_log1p_f64": {"pow", "log1p"},
+    }[name]
+    assert expected <= called, f"vector calls of {sorted(called)}"
+    ops = "|".join("powf" if f == "pow" else f for f in expected)
+    left = re.findall(rf"math\.(?:{ops}) [^:]*: vector<", loops)
+    assert not left, f"math left on vectors: {left}"

@@ -12,7 +12,7 @@ mod openmp;
 mod perfmap;
 mod split;
 mod support;
-mod veclib;
+pub(crate) mod veclib;
 
 pub use abi::{Descriptors, EntryFn};
 

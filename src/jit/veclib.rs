@@ -55,6 +55,33 @@ struct Isa {
     bits: u32,
 }
 
+impl Isa {
+    /// The name of libmvec's variant of the libm function `base` on `bits`-bit floats taking
+    /// `arity` vectors (all of this ISA's width): `_ZGVeN16v_erff` for `erf`, 32, 1 on AVX-512.
+    fn variant(self, base: &str, bits: u32, arity: usize) -> String {
+        let suffix = if bits == 32 { "f" } else { "" };
+        let lanes = self.bits / bits;
+        format!(
+            "_ZGV{}N{lanes}{}_{base}{suffix}",
+            self.letter,
+            "v".repeat(arity)
+        )
+    }
+}
+
+/// The libmvec function the host runs `base` (a libm name) with on whole vectors of `bits`-bit
+/// floats, for a row of `length` of them: the widest variant whose lanes divide `length`, as
+/// its name, its lanes and the libm function's arity. `None` for a function libmvec lacks, a
+/// host without a vector ISA libmvec serves, or a row no variant's lanes divide.
+pub fn row_variant(base: &str, bits: u32, length: i64) -> Option<(String, i64, usize)> {
+    let (_, arity) = FUNCTIONS.iter().find(|(n, _)| *n == base)?;
+    let host = super::host().ok()?;
+    host_isas(host).into_iter().find_map(|isa| {
+        let lanes = i64::from(isa.bits / bits);
+        (length % lanes == 0).then(|| (isa.variant(base, bits, *arity), lanes, *arity))
+    })
+}
+
 /// The ISAs whose libmvec variants the host can run, widest first.
 fn host_isas(host: &Host) -> Vec<Isa> {
     let has = |f: &str| host.features.split(',').any(|x| x == f);
@@ -141,12 +168,11 @@ pub fn annotate<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, host: &Host) ->
     }
     let mut declared: BTreeMap<String, FunctionValue<'ctx>> = BTreeMap::new();
     for (call, base, bits, arity, scalar) in &calls {
-        let suffix = if *bits == 32 { "f" } else { "" };
         let params = "v".repeat(*arity);
         let mut variants = Vec::new();
         for isa in &isas {
             let lanes = isa.bits / bits;
-            let vector = format!("_ZGV{}N{lanes}{params}_{base}{suffix}", isa.letter);
+            let vector = isa.variant(base, *bits, *arity);
             if !declared.contains_key(&vector) {
                 let element: BasicTypeEnum = if *bits == 32 {
                     ctx.f32_type().into()
@@ -225,5 +251,38 @@ mod tests {
         assert_eq!(classify("llvm.fma.f32"), None);
         assert_eq!(classify("malloc"), None);
         assert_eq!(classify("memrefCopy"), None);
+    }
+
+    #[test]
+    fn names_variants_by_the_vector_function_abi() {
+        let avx512 = Isa {
+            letter: 'e',
+            bits: 512,
+        };
+        assert_eq!(avx512.variant("erf", 32, 1), "_ZGVeN16v_erff");
+        assert_eq!(avx512.variant("pow", 64, 2), "_ZGVeN8vv_pow");
+        let sse = Isa {
+            letter: 'b',
+            bits: 128,
+        };
+        assert_eq!(sse.variant("tanh", 32, 1), "_ZGVbN4v_tanhf");
+    }
+
+    /// Every x86-64 host has SSE's four-lane variants at least.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn row_variants_divide_the_row() {
+        let (name, lanes, arity) = row_variant("erf", 32, 32).expect("an erf variant");
+        assert_eq!(32 % lanes, 0);
+        assert_eq!(arity, 1);
+        assert!(
+            name.starts_with("_ZGV") && name.ends_with("v_erff"),
+            "{name}"
+        );
+        let (name, _, arity) = row_variant("pow", 64, 8).expect("a pow variant");
+        assert_eq!(arity, 2);
+        assert!(name.ends_with("vv_pow"), "{name}");
+        assert_eq!(row_variant("erf", 32, 3), None);
+        assert_eq!(row_variant("sqrt", 32, 16), None);
     }
 }

@@ -11,6 +11,7 @@ pub mod pairs;
 pub mod parallel;
 pub mod regions;
 pub mod schedule;
+pub mod vmath;
 pub mod windows;
 
 use crate::error::{Error, Result};
@@ -55,7 +56,8 @@ pub enum Hook {
     /// pointers as alias scopes on the regions' loads and stores).
     Llvm,
     /// [`windows::mark`] after the passes: the loops over convolution and pooling windows are
-    /// marked for LLVM's full unrolling.
+    /// marked for LLVM's full unrolling; then [`vmath::call_libmvec`]: math on vectors calls
+    /// libmvec's vector functions.
     Windows,
 }
 
@@ -105,7 +107,12 @@ impl Hook {
             }
             Hook::Windows => {
                 let marked = windows::mark(context, module)?;
-                tracing::debug!(loops = marked, "window loops marked for full unrolling");
+                let called = vmath::call_libmvec(context, module)?;
+                tracing::debug!(
+                    loops = marked,
+                    math = called,
+                    "window loops marked for full unrolling, vector math made libmvec calls"
+                );
             }
             Hook::None | Hook::Outline => {}
         }

@@ -26,7 +26,7 @@ fn failure(message: String) -> Error {
 }
 
 /// The static shape of a vector type (`vector<1x16x2xbf16>` → `[1, 16, 2]`) and its element.
-fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
+pub(super) fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
     let text = ty.to_string();
     let inner = text.strip_prefix("vector<")?.strip_suffix('>')?;
     let (dims, element) = inner.rsplit_once('x')?;
