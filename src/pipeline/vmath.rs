@@ -2,7 +2,7 @@
 //! product's epilogue whole, so a GELU after a linear layer reaches the LLVM stage as one
 //! `math.erf` on an 8 x 32 register tile. `convert-math-to-libm` turns that into 256 scalar
 //! `erff` calls, which LLVM's SLP vectoriser packs back into sixteen calls of libmvec's
-//! `_ZGVeN16v_erff` (see [`crate::jit::veclib`]), at a cost of 7% of the whole compile of
+//! `_ZGVeN16v_erff` (see `jit::veclib`), at a cost of 7% of the whole compile of
 //! the transformer block and of BERT (instructions executed). [`call_libmvec`] makes the sixteen calls
 //! itself: each row of the tile is cut into slices of the host's widest vector function that
 //! divides it, and each slice is one call. A math op libmvec has no function for, or whose
