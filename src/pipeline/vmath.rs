@@ -2,15 +2,16 @@
 //! product's epilogue whole, so a GELU after a linear layer reaches the LLVM stage as one
 //! `math.erf` on an 8 x 32 register tile. `convert-math-to-libm` turns that into 256 scalar
 //! `erff` calls, which LLVM's SLP vectoriser packs back into sixteen calls of libmvec's
-//! `_ZGVeN16v_erff` (see `jit::veclib`), at a cost of 7% of the whole compile of
-//! the transformer block and of BERT (instructions executed). [`call_libmvec`] makes the sixteen calls
-//! itself: each row of the tile is cut into slices of the host's widest vector function that
-//! divides it, and each slice is one call. A math op libmvec has no function for, or whose
+//! `_ZGVeN16v_erff` (see `jit::veclib`), at a cost of 7% of the whole compile of the
+//! transformer block and of BERT (instructions executed). [`call_libmvec`] makes the sixteen
+//! calls itself: each row of the tile is cut into slices of the host's widest vector function
+//! that divides it, and each slice is one call. A math op libmvec has no function for, or whose
 //! rows no variant divides, is left to the LLVM stage's lowerings.
 
 use super::chains::Builder;
 use super::outline::op_name;
 use super::pairs::vector_shape;
+use super::schedule::{items, list};
 use crate::error::{Error, Result};
 use crate::jit::veclib;
 use melior::{
@@ -86,20 +87,9 @@ fn rows(leading: &[i64]) -> Vec<Vec<i64>> {
     })
 }
 
-/// `values` joined by `separator`.
-fn joined(values: &[i64], separator: &str) -> String {
-    let items: Vec<String> = values.iter().map(i64::to_string).collect();
-    items.join(separator)
-}
-
-/// `[a, b, c]` as a list attribute's text (an `I64ArrayAttr`).
-fn list(values: &[i64]) -> String {
-    format!("[{}]", joined(values, ", "))
-}
-
-/// `vector<dims x element>`.
-fn vector_type<'c>(context: &'c Context, dims: &[i64], element: &str) -> Result<Type<'c>> {
-    let text = format!("vector<{}x{element}>", joined(dims, "x"));
+/// `vector<length x element>`.
+fn vector_type<'c>(context: &'c Context, length: i64, element: &str) -> Result<Type<'c>> {
+    let text = format!("vector<{length}x{element}>");
     Type::parse(context, &text).ok_or_else(|| failure(format!("cannot parse the type {text}")))
 }
 
@@ -118,8 +108,8 @@ fn rewrite<'c, 'a>(
         return Err(failure("a math op on a 0-d vector".to_string()));
     };
     let whole = op.result(0).map_err(|e| failure(e.to_string()))?.r#type();
-    let row_type = vector_type(context, &[length], &planned.element)?;
-    let slice_type = vector_type(context, &[planned.lanes], &planned.element)?;
+    let row_type = vector_type(context, length, &planned.element)?;
+    let slice_type = vector_type(context, planned.lanes, &planned.element)?;
     let operands: Vec<Value> = op.operands().collect();
     let callee = format!("@{}", planned.callee);
     let mut result = operands[0];
@@ -127,7 +117,7 @@ fn rewrite<'c, 'a>(
         let at = || {
             [(
                 "static_position",
-                format!("array<i64: {}>", joined(&position, ", ")),
+                format!("array<i64: {}>", items(&position)),
             )]
         };
         let inputs = if leading.is_empty() {
@@ -202,18 +192,16 @@ pub fn call_libmvec(context: &Context, module: &mut Module) -> Result<usize> {
     });
     let rewriter = IrRewriter::new(context);
     let rewriter = rewriter.as_rewriter_base();
-    let mut callees: BTreeMap<String, (usize, Type, Location)> = BTreeMap::new();
+    // Each callee with its first caller: its signature and its declaration's location.
+    let mut callees: BTreeMap<&str, (&Planned, usize, Location)> = BTreeMap::new();
     for (raw, planned) in &found {
         // SAFETY: `raw` is a live op of `module`, found by the walk above; only ops rewritten
         // before it were erased, and those are other ops.
         let op = unsafe { OperationRef::from_raw(*raw) };
         let value = rewrite(context, op, planned)?;
-        let slice_type = vector_type(context, &[planned.lanes], &planned.element)?;
-        callees.entry(planned.callee.clone()).or_insert((
-            op.operand_count(),
-            slice_type,
-            op.location(),
-        ));
+        callees
+            .entry(&planned.callee)
+            .or_insert((planned, op.operand_count(), op.location()));
         rewriter.replace_all_uses_with(
             op.result(0).map_err(|e| failure(e.to_string()))?.into(),
             value,
@@ -228,13 +216,13 @@ pub fn call_libmvec(context: &Context, module: &mut Module) -> Result<usize> {
         }
         next = f.next_in_block();
     }
-    // Each declaration is located at the first op that calls it.
-    for (name, (arity, lane_type, location)) in callees {
+    for (name, (planned, arity, location)) in callees {
+        let lane_type = vector_type(context, planned.lanes, &planned.element)?;
         let private = Attribute::parse(context, "\"private\"")
             .ok_or_else(|| failure("a visibility".to_string()))?;
         body.append_operation(func::func(
             context,
-            StringAttribute::new(context, &name),
+            StringAttribute::new(context, name),
             TypeAttribute::new(
                 FunctionType::new(context, &vec![lane_type; arity], &[lane_type]).into(),
             ),
@@ -255,7 +243,6 @@ mod tests {
         assert_eq!(rows(&[]), vec![Vec::<i64>::new()]);
         assert_eq!(rows(&[2, 3]).len(), 6);
         assert_eq!(rows(&[2, 3])[4], vec![1, 1]);
-        assert_eq!(list(&[16, 0]), "[16, 0]");
         assert_eq!(libm_name("math.powf"), Some("pow"));
         assert_eq!(libm_name("arith.addf"), None);
     }
