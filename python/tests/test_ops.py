@@ -749,6 +749,37 @@ def mean_mixed(dim):
     ]
 
 
+def histc_samples(dt):
+    """histc: explicit ranges (elements outside them and on the edges), the data's own range
+    (``min == max``, widened when the data is one value), edge values (NaN and infinities left
+    out). At most 200 elements, so no bin passes 256, where eager's bfloat16 counts stop."""
+    x = mk([5, 8], dt)
+    # Exactly on the edges of 10 bins over [0, 1], and just outside the range.
+    edges = tensor([i / 20 for i in range(21)] + [-0.01, 1.01], dt)
+    out = [
+        S(
+            "basic",
+            [x],
+            lambda op, x: (
+                op(x, 4, -1.0, 1.0),
+                op(x),
+                op(x, 7, 0.0, 0.0),
+                op(x, 3, -0.5, 2.5),
+                op(x, 1, -3.0, 3.0),
+            ),
+        ),
+        S("edges", [edges], lambda op, e: (op(e, 10, 0.0, 1.0), op(e, 20, 0.0, 1.0), op(e, 3))),
+        S("edge", [specials(dt)], lambda op, s: (op(s, 5, -2.0, 8.0), op(s, 2, -1.0, 1.0))),
+        S("one_value", [tensor([2.5] * 6, dt)], lambda op, c: (op(c, 4), op(c, 5, 2.5, 2.5))),
+    ]
+    if dt in PRIMARY:
+        out += [
+            S("strided", [transposed([6, 9], dt)], lambda op, x: (op(x, 6, -2.0, 2.0), op(x, 3))),
+            S("0d_empty", [mk([], dt), mk([0, 3], dt)], lambda op, z, e: (op(z, 3), op(e, 4))),
+        ]
+    return out
+
+
 def var_samples(with_mean):
     def call(x, op, corrections, dims):
         return tuple(op(x, d, correction=c, keepdim=k) for d, k in dims for c in corrections)
@@ -3112,6 +3143,7 @@ ROWS: list[Row] = [
         mixed=empty_reduce([([0],), ([1], True), (None,)]),
         tol=EXACT,
     ),
+    Row("aten.histc.default", FLOATS, histc_samples, tol=EXACT),
     Row("aten.var.correction", FLOATS, var_samples(False), tol=CLOSE),
     Row("aten.var_mean.correction", FLOATS, var_samples(True), tol=CLOSE),
     Row("aten.argmax.default", NO_BOOL, arg_samples, tol=EXACT),

@@ -1,7 +1,9 @@
 //! Reductions: sum, prod, mean, amax/amin, var/var_mean with Bessel correction, any,
 //! argmax/argmin and max/min along a dimension (values and first indices). Each reduces in
-//! PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape.
+//! PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape. `histc` counts
+//! the elements per bin in one scalar pass.
 
+use super::indexing::{extract, insert, loop_nest, nth, reuse};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node};
@@ -70,6 +72,7 @@ pub(super) fn register(r: &mut Registry) {
             lower_reduction(ctx, node, reduce, dims)
         });
     }
+    r.add("aten.histc.default", lower_histc);
 }
 
 fn reduced_dims(
@@ -402,6 +405,135 @@ fn arg_extreme<'c, 'a>(
             dtype: DType::Int64,
         },
     ))
+}
+
+/// `histc(x, bins, min, max)`: how many elements of `x` fall in each of `bins` equal-width
+/// bins over `[min, max]`, binned as PyTorch's CPU kernel bins them: in `x`'s dtype (each
+/// operation rounded to it, as the half types' operators round), bin
+/// `trunc((x - min) * bins / (max - min))`, the last bin closed on the right, elements outside
+/// the range and NaN left out. When `min == max` the range is the data's own, widened by one on
+/// each side when that is a single value too; data holding NaN then counts nothing, where
+/// PyTorch raises. One scalar pass over `x`; the counts are float32 for the half types (PyTorch
+/// counts in the half type, per thread, which stops counting at 256 in bfloat16).
+fn lower_histc<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let x = ctx.tensor(node, 0)?;
+    let out = ctx.out(0)?.clone();
+    let bins = ctx.int(node, 1)?;
+    let (min, max) = (ctx.float(node, 2)?, ctx.float(node, 3)?);
+    let dtype = x.dtype;
+    if !dtype.is_float() {
+        return fail(format!(
+            "histc needs a floating-point input, got {}",
+            dtype.name()
+        ));
+    }
+    if bins <= 0 {
+        return fail(format!("histc needs at least one bin, got {bins}"));
+    }
+    if !(min.is_finite() && max.is_finite()) {
+        return fail(format!("histc: range of [{min}, {max}] is not finite"));
+    }
+    if out.shape != [bins] || out.dtype != dtype {
+        return fail(format!(
+            "histc of {} into {bins} bins cannot give the recorded {}{:?}",
+            dtype.name(),
+            out.dtype.name(),
+            out.shape
+        ));
+    }
+    let n: i64 = x.shape.iter().product();
+    let acc = dtype.compute();
+    let counts = ctx.e.splat(&[bins], acc, Scalar::Int(0))?;
+    if n == 0 {
+        return Ok(vec![
+            ctx.cast(
+                &Tensor {
+                    value: counts,
+                    shape: vec![bins],
+                    dtype: acc,
+                },
+                dtype,
+            )?
+            .value,
+        ]);
+    }
+    let flat = ctx.reshape(&x, &[n])?;
+    let e = ctx.e;
+    let (lo, hi) = if min == max {
+        let extreme_of = |lowest: bool| -> Result<Value<'c, 'a>> {
+            let name = if lowest {
+                "arith.minimumf"
+            } else {
+                "arith.maximumf"
+            };
+            let t = ctx.reduce(&flat, &[0], dtype, extreme(dtype, !lowest), |b, a, v| {
+                b.same(name, &[a, v])
+            })?;
+            extract(&e, t.value, &[], dtype)
+        };
+        let (lo, hi) = (extreme_of(true)?, extreme_of(false)?);
+        let single = e.cmpf("oeq", lo, hi)?;
+        let one = e.constant(Scalar::Float(1.0), dtype)?;
+        (
+            e.select(single, arith(&e, "arith.subf", lo, one, dtype)?, lo)?,
+            e.select(single, arith(&e, "arith.addf", hi, one, dtype)?, hi)?,
+        )
+    } else {
+        (
+            e.constant(Scalar::Float(min), dtype)?,
+            e.constant(Scalar::Float(max), dtype)?,
+        )
+    };
+    let width = arith(&e, "arith.subf", hi, lo, dtype)?;
+    let scale = e.constant(Scalar::Float(bins as f64), dtype)?;
+    let input = flat.value;
+    let results = loop_nest(&e, &[n], &[counts], &|b, ivs, carried| {
+        let v = extract(b, reuse(input), &[nth(ivs, 0)?], dtype)?;
+        let (lo, hi) = (reuse(lo), reuse(hi));
+        let above = b.cmpf("oge", v, lo)?;
+        let below = b.cmpf("ole", v, hi)?;
+        let inside = b.same("arith.andi", &[above, below])?;
+        let offset = arith(b, "arith.subf", v, lo, dtype)?;
+        let scaled = arith(b, "arith.mulf", offset, reuse(scale), dtype)?;
+        let bin = arith(b, "arith.divf", scaled, reuse(width), dtype)?;
+        let bin = b.convert(bin, dtype, acc)?;
+        let bin = b.op1("arith.fptosi", &[bin], b.elem_type(DType::Int64)?, &[])?;
+        let last = b.constant(Scalar::Int(bins - 1), DType::Int64)?;
+        let bin = b.same("arith.minsi", &[bin, last])?;
+        let zero = b.constant(Scalar::Int(0), DType::Int64)?;
+        let bin = b.select(inside, bin, zero)?;
+        let at = b.op1("arith.index_cast", &[bin], b.ty("index")?, &[])?;
+        let counts = nth(carried, 0)?;
+        let count = extract(b, counts, &[at], acc)?;
+        let one = b.constant(Scalar::Float(1.0), acc)?;
+        let added = b.same("arith.addf", &[count, one])?;
+        let count = b.select(inside, added, count)?;
+        Ok(vec![insert(b, count, counts, &[at])?])
+    })?;
+    let counts = Tensor {
+        value: nth(&results, 0)?,
+        shape: vec![bins],
+        dtype: acc,
+    };
+    Ok(vec![ctx.cast(&counts, dtype)?.value])
+}
+
+/// `name` (a binary float op) on two values of `dtype`, rounded as PyTorch's scalar type
+/// rounds: the half types compute in float32 and round the result to the half type.
+fn arith<'c, 'b>(
+    b: &Emit<'c, 'b>,
+    name: &str,
+    l: Value<'c, 'b>,
+    r: Value<'c, 'b>,
+    dtype: DType,
+) -> Result<Value<'c, 'b>> {
+    let wide = dtype.compute();
+    if wide == dtype {
+        return b.same(name, &[l, r]);
+    }
+    let (l, r) = (b.convert(l, dtype, wide)?, b.convert(r, dtype, wide)?);
+    let result = b.same(name, &[l, r])?;
+    b.convert(result, wide, dtype)
 }
 
 pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {
