@@ -68,29 +68,29 @@ func.func @column_sum(%arg0: memref<64x4096xf32>, %arg1: memref<4096xf32>) attri
 // the sum's chunk loop, and is not split first (the sum's script could not fuse a fill already
 // cut into a loop of its own, and the stage failed: a depthwise convolution's accumulator).
 // CHECK-LABEL: func.func @column_sum_large_fill(
-// CHECK:       scf.forall (%{{.*}}) in (2) {{.*}} -> (tensor<32768xf32>)
-// CHECK:         %[[FILL:.*]] = linalg.fill {{.*}} -> tensor<16384xf32>
-// CHECK:         linalg.generic {{.*}} ins(%{{.*}} : tensor<4x16384xf32>) outs(%[[FILL]] : tensor<16384xf32>)
+// CHECK:       scf.forall (%{{.*}}) in (2) {{.*}} -> (tensor<65536xf32>)
+// CHECK:         %[[FILL:.*]] = linalg.fill {{.*}} -> tensor<32768xf32>
+// CHECK:         linalg.generic {{.*}} ins(%{{.*}} : tensor<4x32768xf32>) outs(%[[FILL]] : tensor<32768xf32>)
 // CHECK-NOT:   scf.forall (
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
-func.func @column_sum_large_fill(%arg0: memref<4x32768xf32>, %arg1: memref<32768xf32>) attributes {llvm.emit_c_interface} {
+func.func @column_sum_large_fill(%arg0: memref<4x65536xf32>, %arg1: memref<65536xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32
-  %0 = bufferization.to_tensor %arg0 restrict : memref<4x32768xf32> to tensor<4x32768xf32>
-  %1 = bufferization.to_tensor %arg1 restrict writable : memref<32768xf32> to tensor<32768xf32>
-  %2 = linalg.fill ins(%cst : f32) outs(%1 : tensor<32768xf32>) -> tensor<32768xf32>
-  %3 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%0 : tensor<4x32768xf32>) outs(%2 : tensor<32768xf32>) {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<4x65536xf32> to tensor<4x65536xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<65536xf32> to tensor<65536xf32>
+  %2 = linalg.fill ins(%cst : f32) outs(%1 : tensor<65536xf32>) -> tensor<65536xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #map1], iterator_types = ["reduction", "parallel"]} ins(%0 : tensor<4x65536xf32>) outs(%2 : tensor<65536xf32>) {
   ^bb0(%in: f32, %out: f32):
     %4 = arith.addf %out, %in : f32
     linalg.yield %4 : f32
-  } -> tensor<32768xf32>
-  bufferization.materialize_in_destination %3 in writable %arg1 : (tensor<32768xf32>, memref<32768xf32>) -> ()
+  } -> tensor<65536xf32>
+  bufferization.materialize_in_destination %3 in writable %arg1 : (tensor<65536xf32>, memref<65536xf32>) -> ()
   return
 }
 
 // -----
 
-// Below 32768 loop iterations an op stays on one thread.
+// An op calling a math function stays on one thread below 32768 loop iterations.
 // CHECK-LABEL: func.func @small_map(
 // CHECK-NOT:   scf.forall (
 // CHECK:       return
@@ -104,6 +104,27 @@ func.func @small_map(%arg0: memref<64x64xf32>, %arg1: memref<64x64xf32>) attribu
     linalg.yield %3 : f32
   } -> tensor<64x64xf32>
   bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x64xf32>, memref<64x64xf32>) -> ()
+  return
+}
+
+// -----
+
+// Plain arithmetic stays on one thread below 65536 loop iterations: at 32768 the split cost
+// more than it saved.
+// CHECK-LABEL: func.func @plain_map(
+// CHECK-NOT:   scf.forall (
+// CHECK:       return
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @plain_map(%arg0: memref<64x512xf32>, %arg1: memref<64x512xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 2.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<64x512xf32> to tensor<64x512xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<64x512xf32> to tensor<64x512xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%0 : tensor<64x512xf32>) outs(%1 : tensor<64x512xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.mulf %in, %cst : f32
+    linalg.yield %3 : f32
+  } -> tensor<64x512xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x512xf32>, memref<64x512xf32>) -> ()
   return
 }
 
