@@ -444,19 +444,6 @@ fn lower_histc<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
     let n: i64 = x.shape.iter().product();
     let acc = dtype.compute();
     let counts = ctx.e.splat(&[bins], acc, Scalar::Int(0))?;
-    if n == 0 {
-        return Ok(vec![
-            ctx.cast(
-                &Tensor {
-                    value: counts,
-                    shape: vec![bins],
-                    dtype: acc,
-                },
-                dtype,
-            )?
-            .value,
-        ]);
-    }
     let flat = ctx.reshape(&x, &[n])?;
     let e = ctx.e;
     let (lo, hi) = if min == max {
