@@ -8,9 +8,10 @@
 //! loops stay sequential, so LLVM still vectorises them. Tile loops of the matrix products the
 //! schedule stage built are not top-level ops and are left alone here.
 
+use super::outline::op_name;
 use super::schedule::{
-    ANY, append_script, handles, has_entry, list, map_results, plain_body, result_dim, script, tag,
-    tensor_shape,
+    ANY, append_script, body_ops, handles, has_entry, list, map_results, plain_body, result_dim,
+    script, tag, tensor_shape,
 };
 use crate::error::Result;
 use melior::{
@@ -82,11 +83,12 @@ fn balance(range: i64, threads: i64) -> f64 {
 /// The balance from which a loop counts as evenly split (17 iterations on two threads: 0.94).
 const EVEN: f64 = 0.9;
 
-/// Picks the loop to split of a nest of at least `min_work` iterations: the outermost parallel loop that spreads evenly over the threads
-/// (see `balance`), else the parallel loop that spreads best (the outermost of equals), cut
-/// into `threads` chunks (fewer when the loop is shorter). A convolution's patch copy over
-/// three input channels, split on its channels, kept one thread on two thirds of the copy
-/// while the other waited. `None` for small or serial loop nests.
+/// Picks the loop to split of a nest of at least `min_work` iterations: the outermost parallel
+/// loop that spreads evenly over the threads (see `balance`), else the parallel loop that
+/// spreads best (the outermost of equals), cut into `threads` chunks (fewer when the loop is
+/// shorter). A convolution's patch copy over three input channels, split on its channels, kept
+/// one thread on two thirds of the copy while the other waited. `None` for small or serial
+/// loop nests.
 pub fn choose(ranges: &[i64], parallel: &[bool], min_work: i64, threads: i64) -> Option<Split> {
     if threads < 2 || ranges.iter().product::<i64>() < min_work {
         return None;
@@ -155,23 +157,9 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
 /// The iterations from which `op` is split: [`MIN_MATH_WORK`] for a `linalg.generic` whose
 /// body calls a `math` function, else [`MIN_WORK`].
 fn min_work(op: &OperationRef) -> i64 {
-    let mut next = op
-        .region(0)
-        .ok()
-        .and_then(|body| body.first_block())
-        .and_then(|block| block.first_operation());
-    while let Some(inner) = next {
-        if inner
-            .name()
-            .as_string_ref()
-            .as_str()
-            .is_ok_and(|name| name.starts_with("math."))
-        {
-            return MIN_MATH_WORK;
-        }
-        next = inner.next_in_block();
-    }
-    MIN_WORK
+    let calls_math =
+        body_ops(op).is_some_and(|ops| ops.iter().any(|inner| op_name(inner).starts_with("math.")));
+    if calls_math { MIN_MATH_WORK } else { MIN_WORK }
 }
 
 /// The loops of a structured op fxmlir emits: generics from their maps; `linalg.fill`,

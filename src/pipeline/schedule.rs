@@ -562,23 +562,25 @@ fn is_broadcast_map(map: &str, rank: usize) -> bool {
     })
 }
 
+/// The ops of a structured op's body (its region's first block), the yield included; `None`
+/// for an op without a body.
+pub(super) fn body_ops<'c, 'a>(
+    op: &melior::ir::OperationRef<'c, 'a>,
+) -> Option<Vec<melior::ir::OperationRef<'c, 'a>>> {
+    let block = op.region(0).ok()?.first_block()?;
+    Some(std::iter::successors(block.first_operation(), |inner| inner.next_in_block()).collect())
+}
+
 /// Whether the body of a structured op holds only `arith` and `math` ops (and the yield),
 /// none with regions: such a body vectorises and lowers for any vector shape.
 pub(super) fn plain_body(op: &melior::ir::OperationRef) -> bool {
-    let Some(block) = op.region(0).ok().and_then(|body| body.first_block()) else {
-        return false;
-    };
-    let mut next = block.first_operation();
-    while let Some(inner) = next {
-        let plain = inner.name().as_string_ref().as_str().is_ok_and(|name| {
-            name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield"
-        });
-        if !plain || inner.region_count() > 0 {
-            return false;
-        }
-        next = inner.next_in_block();
-    }
-    true
+    body_ops(op).is_some_and(|ops| {
+        ops.iter().all(|inner| {
+            let name = outline::op_name(inner);
+            (name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
+                && inner.region_count() == 0
+        })
+    })
 }
 
 /// For an all-parallel `linalg.generic` whose body is plain arithmetic: per operand, whether
