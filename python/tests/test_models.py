@@ -3,8 +3,9 @@ models and transformers' language, vision and speech models from small configs, 
 way a user would build it. Each must match eager with no op falling back to eager and no
 optimisation stage skipped (a product left untiled would still match, only slower). Each model
 is here for something the others lack: grouped-query attention (Llama, Mistral, Qwen2, Gemma
-with one key head), attention and MLP summed in one op (Phi), relative position buckets (T5),
-a scan under vmap (Mamba), channels-last weights, bf16 weights."""
+with one key head), attention and MLP summed in one op (Phi), experts' grouped products
+(Mixtral: transformers' fallback op in f32, ``_grouped_mm`` in bf16), relative position
+buckets (T5), a scan under vmap (Mamba), channels-last weights, bf16 weights."""
 
 import warnings
 
@@ -94,6 +95,7 @@ def vit():
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=1000)
 DECODER = dict(SMALL, num_attention_heads=4, num_key_value_heads=2)
+MOE = dict(DECODER, num_local_experts=4, num_experts_per_tok=2)
 
 MODELS = {
     "resnet18": (vision("resnet18"), TOL),
@@ -144,6 +146,11 @@ MODELS = {
         TOL,
     ),
     "qwen2": (language("Qwen2Config", "Qwen2ForCausalLM", "logits", **DECODER), TOL),
+    "mixtral": (language("MixtralConfig", "MixtralForCausalLM", "logits", **MOE), TOL),
+    "mixtral_bf16": (
+        language("MixtralConfig", "MixtralForCausalLM", "logits", torch.bfloat16, **MOE),
+        BF16_TOL,
+    ),
     "gemma": (
         language(
             "GemmaConfig",

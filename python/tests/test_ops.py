@@ -22,6 +22,7 @@ import zlib
 import fxmlir
 import pytest
 import torch
+import transformers.integrations.moe  # noqa: F401 - registers transformers::grouped_mm_fallback
 from op_harness import (
     ALL,
     FLOATS,
@@ -877,6 +878,48 @@ def arg_samples(dt):
 
 def int_range(dt):
     return (0, 6) if dt == u8 else (-4, 4)
+
+
+def grouped_mm_samples(fallback: bool):
+    """Grouped products, ``x`` (s x k) by ``w[g]`` (k x n) per group of rows: groups crossing
+    the compiled tiles of 8 rows, empty groups, one row per tile (a prime row count above 8), a
+    large product (tiles run in parallel), the experts' weights transposed as a mixture-of-experts
+    layer passes them. Only transformers' ``fallback`` takes int64 offsets, rows after the last
+    group (it zeroes them; ``_grouped_mm`` leaves them unset) and rows with a stride."""
+
+    def offsets(ends, dt=i32):
+        return tensor(ends, dt)
+
+    def samples(dt):
+        call = lambda op, x, w, offs: op(x, w, offs)  # noqa: E731
+        out = [
+            S("basic", [mk([10, 16], dt), mk([3, 16, 8], dt), offsets([3, 3, 10])], call),
+            S("one_row_tiles", [mk([13, 8], dt), mk([4, 8, 16], dt), offsets([0, 5, 6, 13])], call),
+            S(
+                "parallel_tiles",
+                [mk([48, 32], dt), mk([5, 32, 48], dt), offsets([5, 13, 13, 30, 48])],
+                call,
+            ),
+        ]
+        if fallback:
+            out.append(
+                S("tail", [mk([10, 16], dt), mk([3, 16, 8], dt), offsets([2, 5, 7], i64)], call)
+            )
+        if dt in PRIMARY:
+            out.append(
+                S(
+                    "strided",
+                    [
+                        sliced([12, 16], dt) if fallback else mk([12, 16], dt),
+                        mk([3, 24, 16], dt).transpose(1, 2),
+                        offsets([4, 9, 12]),
+                    ],
+                    call,
+                )
+            )
+        return out
+
+    return samples
 
 
 def mm_samples(dt):
@@ -3114,6 +3157,8 @@ ROWS: list[Row] = [
     Row("aten.mm.default", NO_BOOL, mm_samples, tol=CLOSE),
     Row("aten.bmm.default", NO_BOOL, bmm_samples, tol=CLOSE),
     Row("aten.addmm.default", NO_BOOL, addmm_samples, tol=CLOSE),
+    Row("transformers.grouped_mm_fallback.default", NO_BOOL, grouped_mm_samples(True), tol=CLOSE),
+    Row("aten._grouped_mm.default", (f32, f16, bf16), grouped_mm_samples(False), tol=CLOSE),
     # f32 sums of exact products, in another order (pairs, then blocks) than eager's.
     Row("fxmlir.mm_pairs.default", (bf16,), mm_pairs_samples, tol={f32: (1e-3, 1e-4)}),
     Row("fxmlir.conv_pairs.default", (bf16,), conv_pairs_samples, tol={f32: (1e-3, 1e-4)}),

@@ -724,6 +724,87 @@ impl<'c, 'a> Emit<'c, 'a> {
         )
     }
 
+    /// `tensor.extract_slice` of `source` (of `shape`) at the dynamic position `at` of dimension
+    /// `dim`, whole along the others: `len` positions (`Some`), or one position with the
+    /// dimension dropped (`None`).
+    pub fn extract_at(
+        &self,
+        source: Value<'c, 'a>,
+        shape: &[i64],
+        dim: usize,
+        at: Value<'c, 'a>,
+        len: Option<i64>,
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        let mut attrs = self.slice_at_attrs(shape, dim, len)?;
+        attrs.push(("operandSegmentSizes", self.attr("array<i32: 1, 1, 0, 0>")?));
+        let mut result = shape.to_vec();
+        match len {
+            Some(len) => result[dim] = len,
+            None => {
+                result.remove(dim);
+            }
+        }
+        self.op1(
+            "tensor.extract_slice",
+            &[source, at],
+            self.tensor_type(&result, dtype)?,
+            &attrs,
+        )
+    }
+
+    /// `tensor.insert_slice` of `source` into `dest` (of `shape`) at the dynamic position `at`
+    /// of dimension `dim`, `len` as for [`Emit::extract_at`]; returns the updated tensor. In an
+    /// `scf.forall.in_parallel` block (`parallel`), `tensor.parallel_insert_slice` instead,
+    /// which has no result: `dest` comes back.
+    pub fn insert_at(
+        &self,
+        source: Value<'c, 'a>,
+        dest: Value<'c, 'a>,
+        shape: &[i64],
+        (dim, at, len): (usize, Value<'c, 'a>, Option<i64>),
+        parallel: bool,
+    ) -> Result<Value<'c, 'a>> {
+        let mut attrs = self.slice_at_attrs(shape, dim, len)?;
+        attrs.push((
+            "operandSegmentSizes",
+            self.attr("array<i32: 1, 1, 1, 0, 0>")?,
+        ));
+        if parallel {
+            self.op(
+                "tensor.parallel_insert_slice",
+                &[source, dest, at],
+                &[],
+                &attrs,
+            )?;
+            return Ok(dest);
+        }
+        self.op1(
+            "tensor.insert_slice",
+            &[source, dest, at],
+            dest.r#type(),
+            &attrs,
+        )
+    }
+
+    fn slice_at_attrs(
+        &self,
+        shape: &[i64],
+        dim: usize,
+        len: Option<i64>,
+    ) -> Result<Vec<(&'static str, Attribute<'c>)>> {
+        let rank = shape.len();
+        let mut offsets = vec![0; rank];
+        offsets[dim] = i64::MIN; // ShapedType::kDynamic: the offset is an operand
+        let mut sizes = shape.to_vec();
+        sizes[dim] = len.unwrap_or(1);
+        Ok(vec![
+            ("static_offsets", self.attr(&i64_array(&offsets))?),
+            ("static_sizes", self.attr(&i64_array(&sizes))?),
+            ("static_strides", self.attr(&i64_array(&vec![1; rank]))?),
+        ])
+    }
+
     /// Any reshape that keeps the element count: collapse to 1-D, then expand to the target.
     /// Canonicalisation folds the pair into one op whenever the dimensions line up.
     pub fn reshape(

@@ -150,6 +150,78 @@ where
         .collect()
 }
 
+/// `scf.forall %iv in (count) shared_outs(outs)`: iterations that may run in any order or at
+/// once (the `loops` stage hands the loop to OpenMP). `body(emit, writes, iv, shared)` builds
+/// one iteration in `emit` and its writes into the shared outputs in `writes`, the loop's
+/// `scf.forall.in_parallel` block (`Emit::insert_at` with `parallel`). Returns the loop's
+/// results, the shared outputs after every iteration's writes.
+pub(super) fn forall<'c, 'a, F>(
+    e: &Emit<'c, 'a>,
+    count: i64,
+    outs: &[Value<'c, 'a>],
+    body: F,
+) -> Result<Vec<Value<'c, 'a>>>
+where
+    F: for<'b> FnOnce(&Emit<'c, 'b>, &Emit<'c, 'b>, Value<'c, 'b>, &[Value<'c, 'b>]) -> Result<()>,
+{
+    let mut arg_types = vec![(e.ty("index")?, e.loc)];
+    arg_types.extend(outs.iter().map(|v| (v.r#type(), e.loc)));
+    let block = Block::new(&arg_types);
+    {
+        let inner = Emit {
+            context: e.context,
+            block: &block,
+            loc: e.loc,
+        };
+        let args: Vec<Value<'c, '_>> = (0..arg_types.len())
+            .map(|i| block.argument(i).map(Into::into).map_err(internal))
+            .collect::<Result<_>>()?;
+        let writes = Block::new(&[]);
+        body(
+            &inner,
+            &Emit {
+                context: e.context,
+                block: &writes,
+                loc: e.loc,
+            },
+            nth(&args, 0)?,
+            &args[1..],
+        )?;
+        let region = Region::new();
+        region.append_block(writes);
+        let terminator = OperationBuilder::new("scf.forall.in_parallel", e.loc)
+            .add_regions_vec(vec![region])
+            .build()
+            .map_err(|err| internal(format!("scf.forall.in_parallel: {err}")))?;
+        block.append_operation(terminator);
+    }
+    let region = Region::new();
+    region.append_block(block);
+    let segments = format!("array<i32: 0, 0, 0, {}>", outs.len());
+    let attrs = [
+        ("staticLowerBound", e.attr("array<i64: 0>")?),
+        ("staticUpperBound", e.attr(&format!("array<i64: {count}>"))?),
+        ("staticStep", e.attr("array<i64: 1>")?),
+        ("operandSegmentSizes", e.attr(&segments)?),
+    ];
+    let attrs: Vec<_> = attrs
+        .iter()
+        .map(|(k, v)| (melior::ir::Identifier::new(e.context, k), *v))
+        .collect();
+    let results: Vec<Type<'c>> = outs.iter().map(|v| v.r#type()).collect();
+    let op = OperationBuilder::new("scf.forall", e.loc)
+        .add_operands(outs)
+        .add_results(&results)
+        .add_attributes(&attrs)
+        .add_regions_vec(vec![region])
+        .build()
+        .map_err(|err| internal(format!("scf.forall: {err}")))?;
+    let op = e.block.append_operation(op);
+    (0..outs.len())
+        .map(|i| op.result(i).map(Into::into).map_err(internal))
+        .collect()
+}
+
 /// A row-major nest of `scf.for` loops over `bounds` carrying `inits`; `body(emit, ivs,
 /// carried)` returns the values to yield. With no bounds the body runs once, inline.
 pub(super) fn loop_nest<'c, 'a, F>(

@@ -10,7 +10,7 @@ use super::indexing::{extract, for_loop, index_to_i64, insert, loop_nest, nth, r
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
-use melior::ir::{Value, ValueLike};
+use melior::ir::Value;
 
 #[derive(Clone, Copy)]
 enum Scan {
@@ -56,51 +56,6 @@ fn opt_bool(ctx: &LowerCtx, node: &Node, index: usize, default: bool) -> Result<
 }
 
 // ---- cumsum / cumprod ----------------------------------------------------------------------
-
-/// `tensor.extract_slice` (or `insert_slice` when `dest` is given) of position `at` of
-/// dimension `dim`, dropping that dimension: `shape` is the full tensor's shape.
-fn slice_at<'c, 'b>(
-    b: &Emit<'c, 'b>,
-    source: Value<'c, 'b>,
-    dest: Option<Value<'c, 'b>>,
-    shape: &[i64],
-    dim: usize,
-    at: Value<'c, 'b>,
-    dtype: DType,
-) -> Result<Value<'c, 'b>> {
-    let rank = shape.len();
-    let mut offsets = vec![0; rank];
-    offsets[dim] = i64::MIN; // ShapedType::kDynamic: the offset is an operand
-    let mut sizes = shape.to_vec();
-    sizes[dim] = 1;
-    let mut reduced = shape.to_vec();
-    reduced.remove(dim);
-    let mut attrs = vec![
-        ("static_offsets", b.attr(&emit::i64_array(&offsets))?),
-        ("static_sizes", b.attr(&emit::i64_array(&sizes))?),
-        ("static_strides", b.attr(&emit::i64_array(&vec![1; rank]))?),
-    ];
-    match dest {
-        None => {
-            attrs.push(("operandSegmentSizes", b.attr("array<i32: 1, 1, 0, 0>")?));
-            b.op1(
-                "tensor.extract_slice",
-                &[source, at],
-                b.tensor_type(&reduced, dtype)?,
-                &attrs,
-            )
-        }
-        Some(dest) => {
-            attrs.push(("operandSegmentSizes", b.attr("array<i32: 1, 1, 1, 0, 0>")?));
-            b.op1(
-                "tensor.insert_slice",
-                &[source, dest, at],
-                dest.r#type(),
-                &attrs,
-            )
-        }
-    }
-}
 
 fn accumulate<'c, 'b>(
     b: &Emit<'c, 'b>,
@@ -202,7 +157,7 @@ fn cumulative<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, product: bool) -> Res
         &[running, init],
         |b, k, carried| {
             let (running, result) = (nth(carried, 0)?, nth(carried, 1)?);
-            let slice = slice_at(b, reuse(input), None, &shape, dim, k, from)?;
+            let slice = b.extract_at(reuse(input), &shape, dim, k, None, from)?;
             let rank = rest.len();
             let part = b.empty(&rest, to)?;
             let id = emit::identity_map(rank);
@@ -217,7 +172,7 @@ fn cumulative<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, product: bool) -> Res
                 },
             )?;
             let (running, part) = (nth(&updated, 0)?, nth(&updated, 1)?);
-            let result = slice_at(b, part, Some(result), &shape, dim, k, to)?;
+            let result = b.insert_at(part, result, &shape, (dim, k, None), false)?;
             Ok(vec![running, result])
         },
     )?;

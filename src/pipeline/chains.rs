@@ -18,7 +18,8 @@
 //!   trailing dimensions both shapes share (a bias over the last one); its result is reshaped
 //!   back for its users.
 //!
-//! Only `f32`/`f64` generics with plain arithmetic bodies take part: those the schedule fuses.
+//! Only generics writing `f32`/`f64` with plain arithmetic bodies take part (reading `f32`/`f64`
+//! or 32/64-bit integers): those the schedule fuses.
 //!
 //! Then each graph output that is a reshape of a computed tensor (a chain's value reshaped
 //! back, or a `view` as a graph's last op) is written through a view of the output buffer in
@@ -87,8 +88,8 @@ fn maps(op: &OperationRef) -> Option<Vec<String>> {
         .collect()
 }
 
-/// A generic the chain can take in: all-parallel with a plain body on `f32`/`f64`, one result,
-/// its output not read by the body. Returns its number of inputs.
+/// A generic the chain can take in: all-parallel with a plain body writing `f32`/`f64`, one
+/// result, its output not read by the body. Returns its number of inputs.
 fn chainable(op: &OperationRef) -> Option<usize> {
     if name(op) != "linalg.generic" {
         return None;

@@ -204,7 +204,7 @@ const KC_MAX: i64 = 512;
 const KC_BYTES: i64 = 512;
 
 /// The largest divisor of `n` that is at most `limit` (at least 1).
-fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
+pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
     (1..=limit.min(n).max(1))
         .rev()
         .find(|d| n % d == 0)
@@ -414,6 +414,10 @@ struct OpInfo {
     elementwise: Option<Vec<bool>>,
     /// Results' shapes (tensor results only).
     result_shapes: Vec<Vec<i64>>,
+    /// Inside a loop a lowering built (a grouped product's tile loops) rather than directly in
+    /// its function: such a product is not cut into thread chunks, the loop around it is
+    /// already one.
+    in_loop: bool,
 }
 
 /// Static shape and element type of a ranked tensor value.
@@ -593,13 +597,17 @@ pub(super) fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool
     if iterators.contains("reduction") || op.result_count() != 1 {
         return None;
     }
-    // Only f32/f64 operands and results: vectors of narrower or i1 elements would be written
-    // to memory packed (an i1 vector store writes bits, where the buffer holds a byte each).
-    let float_only = op
+    // An f32/f64 result, read from f32/f64 operands or 32/64-bit integers (a grouped
+    // product's row groups): vectors of narrower or i1 elements would be written to memory
+    // packed (an i1 vector store writes bits, where the buffer holds a byte each).
+    let element = |v: Value| tensor_shape(v).map(|(_, e)| e);
+    let written = op
+        .results()
+        .all(|r| element(r.into()).is_some_and(|e| e == "f32" || e == "f64"));
+    let read = op
         .operands()
-        .chain(op.results().map(Into::into))
-        .all(|v| tensor_shape(v).is_some_and(|(_, e)| e == "f32" || e == "f64"));
-    if !float_only {
+        .all(|v| element(v).is_some_and(|e| ["f32", "f64", "i32", "i64"].contains(&e.as_str())));
+    if !(written && read) {
         return None;
     }
     if !plain_body(op) {
@@ -643,6 +651,9 @@ fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
                 .results()
                 .filter_map(|r| tensor_shape(r.into()).map(|(s, _)| s))
                 .collect(),
+            in_loop: op
+                .parent_operation()
+                .is_some_and(|parent| outline::op_name(&parent) != "func.func"),
             ..OpInfo::default()
         };
         match name.as_str() {
@@ -689,7 +700,7 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
         if pairs && !(target.bf16_dot && problem.n % PAIR_LANES == 0) {
             continue;
         }
-        let chunks = chunks(&problem, threads, target);
+        let chunks = chunks(&problem, if info.in_loop { 1 } else { threads }, target);
         let tiles = choose(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
         let fill_init = info
             .operands
