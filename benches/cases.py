@@ -16,7 +16,14 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from fxmlir.demo import MLP, TransformerBlock, bert_model, llama_bf16, real_models
+from fxmlir.demo import (
+    MLP,
+    LastHiddenState,
+    TransformerBlock,
+    bert_model,
+    llama_bf16,
+    real_models,
+)
 
 #: Elements of the bandwidth-bound cases: 128 MiB of f32 per tensor, so that the input and the
 #: output together (256 MiB) are well beyond the last-level cache.
@@ -134,6 +141,30 @@ def _llama_bf16():
     return model, (ids,)
 
 
+def _mixtral_bf16():
+    """transformers Mixtral in bf16 (2 layers, d=256, 8 experts, 2 per token), random weights,
+    on 1 x 64 ids: its experts are grouped products (``aten._grouped_mm``)."""
+    import warnings
+
+    import transformers
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.MixtralConfig(
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            vocab_size=1000,
+        )
+    model = LastHiddenState(transformers.MixtralForCausalLM(config), "logits")
+    return model.to(torch.bfloat16).eval(), (torch.randint(0, 1000, (1, 64)),)
+
+
 def _resnet50(dtype: torch.dtype):
     """torchvision resnet50 in ``dtype`` on one 224 x 224 image, the size it was trained at
     (the other convolution cases are small images)."""
@@ -209,6 +240,13 @@ def all_cases() -> dict[str, Case]:
             "model",
             _llama_bf16,
             "transformers Llama in bfloat16, 2 layers d=512, 1 x 128 ids",
+            extra=True,
+        ),
+        Case(
+            "mixtral_bf16",
+            "model",
+            _mixtral_bf16,
+            "transformers Mixtral in bfloat16, 2 layers d=256, 8 experts (2 per token), 1 x 64 ids",
             extra=True,
         ),
         Case(

@@ -15,7 +15,8 @@ use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail,
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
 use melior::ir::{
-    Block, BlockLike, Region, RegionLike, Type, Value, ValueLike, operation::OperationBuilder,
+    Attribute, Block, BlockLike, Identifier, Region, RegionLike, Type, Value, ValueLike,
+    operation::OperationBuilder,
 };
 
 #[derive(Clone, Copy)]
@@ -118,36 +119,13 @@ pub(super) fn for_loop<'c, 'a, F>(
 where
     F: for<'b> FnOnce(&Emit<'c, 'b>, Value<'c, 'b>, &[Value<'c, 'b>]) -> Result<Vec<Value<'c, 'b>>>,
 {
-    let mut arg_types = vec![(e.ty("index")?, e.loc)];
-    arg_types.extend(inits.iter().map(|v| (v.r#type(), e.loc)));
-    let block = Block::new(&arg_types);
-    {
-        let inner = Emit {
-            context: e.context,
-            block: &block,
-            loc: e.loc,
-        };
-        let args: Vec<Value<'c, '_>> = (0..arg_types.len())
-            .map(|i| block.argument(i).map(Into::into).map_err(internal))
-            .collect::<Result<_>>()?;
-        let yielded = body(&inner, nth(&args, 0)?, &args[1..])?;
-        inner.op("scf.yield", &yielded, &[], &[])?;
-    }
-    let region = Region::new();
-    region.append_block(block);
     let mut operands = vec![lower, upper, step];
     operands.extend_from_slice(inits);
-    let results: Vec<Type<'c>> = inits.iter().map(|v| v.r#type()).collect();
-    let op = OperationBuilder::new("scf.for", e.loc)
-        .add_operands(&operands)
-        .add_results(&results)
-        .add_regions_vec(vec![region])
-        .build()
-        .map_err(|err| internal(format!("scf.for: {err}")))?;
-    let op = e.block.append_operation(op);
-    (0..inits.len())
-        .map(|i| op.result(i).map(Into::into).map_err(internal))
-        .collect()
+    loop_op(e, "scf.for", &operands, inits, &[], |inner, iv, carried| {
+        let yielded = body(inner, iv, carried)?;
+        inner.op("scf.yield", &yielded, &[], &[])?;
+        Ok(())
+    })
 }
 
 /// `scf.forall %iv in (count) shared_outs(outs)`: iterations that may run in any order or at
@@ -164,39 +142,6 @@ pub(super) fn forall<'c, 'a, F>(
 where
     F: for<'b> FnOnce(&Emit<'c, 'b>, &Emit<'c, 'b>, Value<'c, 'b>, &[Value<'c, 'b>]) -> Result<()>,
 {
-    let mut arg_types = vec![(e.ty("index")?, e.loc)];
-    arg_types.extend(outs.iter().map(|v| (v.r#type(), e.loc)));
-    let block = Block::new(&arg_types);
-    {
-        let inner = Emit {
-            context: e.context,
-            block: &block,
-            loc: e.loc,
-        };
-        let args: Vec<Value<'c, '_>> = (0..arg_types.len())
-            .map(|i| block.argument(i).map(Into::into).map_err(internal))
-            .collect::<Result<_>>()?;
-        let writes = Block::new(&[]);
-        body(
-            &inner,
-            &Emit {
-                context: e.context,
-                block: &writes,
-                loc: e.loc,
-            },
-            nth(&args, 0)?,
-            &args[1..],
-        )?;
-        let region = Region::new();
-        region.append_block(writes);
-        let terminator = OperationBuilder::new("scf.forall.in_parallel", e.loc)
-            .add_regions_vec(vec![region])
-            .build()
-            .map_err(|err| internal(format!("scf.forall.in_parallel: {err}")))?;
-        block.append_operation(terminator);
-    }
-    let region = Region::new();
-    region.append_block(block);
     let segments = format!("array<i32: 0, 0, 0, {}>", outs.len());
     let attrs = [
         ("staticLowerBound", e.attr("array<i64: 0>")?),
@@ -204,20 +149,67 @@ where
         ("staticStep", e.attr("array<i64: 1>")?),
         ("operandSegmentSizes", e.attr(&segments)?),
     ];
-    let attrs: Vec<_> = attrs
+    loop_op(e, "scf.forall", outs, outs, &attrs, |inner, iv, shared| {
+        let writes = Block::new(&[]);
+        let parallel = Emit {
+            block: &writes,
+            ..*inner
+        };
+        body(inner, &parallel, iv, shared)?;
+        let region = Region::new();
+        region.append_block(writes);
+        let terminator = OperationBuilder::new("scf.forall.in_parallel", inner.loc)
+            .add_regions_vec(vec![region])
+            .build()
+            .map_err(|err| internal(format!("scf.forall.in_parallel: {err}")))?;
+        inner.block.append_operation(terminator);
+        Ok(())
+    })
+}
+
+/// A loop op `name` whose body block takes the induction variable and one value per
+/// `carried` (filled by `fill(emit, iv, carried)`, terminator included) and whose results
+/// have the types of `carried`.
+fn loop_op<'c, 'a, F>(
+    e: &Emit<'c, 'a>,
+    name: &str,
+    operands: &[Value<'c, 'a>],
+    carried: &[Value<'c, 'a>],
+    attrs: &[(&str, Attribute<'c>)],
+    fill: F,
+) -> Result<Vec<Value<'c, 'a>>>
+where
+    F: for<'b> FnOnce(&Emit<'c, 'b>, Value<'c, 'b>, &[Value<'c, 'b>]) -> Result<()>,
+{
+    let mut arg_types = vec![(e.ty("index")?, e.loc)];
+    arg_types.extend(carried.iter().map(|v| (v.r#type(), e.loc)));
+    let block = Block::new(&arg_types);
+    {
+        let inner = Emit {
+            block: &block,
+            ..*e
+        };
+        let args: Vec<Value<'c, '_>> = (0..arg_types.len())
+            .map(|i| block.argument(i).map(Into::into).map_err(internal))
+            .collect::<Result<_>>()?;
+        fill(&inner, nth(&args, 0)?, &args[1..])?;
+    }
+    let region = Region::new();
+    region.append_block(block);
+    let attrs: Vec<(Identifier<'c>, Attribute<'c>)> = attrs
         .iter()
-        .map(|(k, v)| (melior::ir::Identifier::new(e.context, k), *v))
+        .map(|(k, v)| (Identifier::new(e.context, k), *v))
         .collect();
-    let results: Vec<Type<'c>> = outs.iter().map(|v| v.r#type()).collect();
-    let op = OperationBuilder::new("scf.forall", e.loc)
-        .add_operands(outs)
+    let results: Vec<Type<'c>> = carried.iter().map(|v| v.r#type()).collect();
+    let op = OperationBuilder::new(name, e.loc)
+        .add_operands(operands)
         .add_results(&results)
         .add_attributes(&attrs)
         .add_regions_vec(vec![region])
         .build()
-        .map_err(|err| internal(format!("scf.forall: {err}")))?;
+        .map_err(|err| internal(format!("{name}: {err}")))?;
     let op = e.block.append_operation(op);
-    (0..outs.len())
+    (0..carried.len())
         .map(|i| op.result(i).map(Into::into).map_err(internal))
         .collect()
 }
