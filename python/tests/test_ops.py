@@ -885,10 +885,11 @@ def grouped_mm_samples(fallback: bool):
     the compiled tiles of 8 rows, empty groups, one row per tile (a prime row count above 8), a
     large product (tiles run in parallel), the experts' weights transposed as a mixture-of-experts
     layer passes them. Only transformers' ``fallback`` takes int64 offsets, rows after the last
-    group (it zeroes them; ``_grouped_mm`` leaves them unset) and rows with a stride."""
+    group (it zeroes them; ``_grouped_mm`` leaves them unset), rows with a stride and size-0
+    operands."""
 
-    def offsets(ends, dt=i32):
-        return tensor(ends, dt)
+    def offsets(ends):
+        return tensor(ends, i32)
 
     def samples(dt):
         call = lambda op, x, w, offs: op(x, w, offs)  # noqa: E731
@@ -903,7 +904,7 @@ def grouped_mm_samples(fallback: bool):
         ]
         if fallback:
             out.append(
-                S("tail", [mk([10, 16], dt), mk([3, 16, 8], dt), offsets([2, 5, 7], i64)], call)
+                S("tail", [mk([10, 16], dt), mk([3, 16, 8], dt), tensor([2, 5, 7], i64)], call)
             )
         if dt in PRIMARY:
             out.append(
@@ -915,6 +916,15 @@ def grouped_mm_samples(fallback: bool):
                         offsets([4, 9, 12]),
                     ],
                     call,
+                )
+            )
+        if fallback and dt in PRIMARY:
+            out.append(
+                S(
+                    "size0",
+                    [mk([0, 4], dt), mk([2, 4, 3], dt), offsets([0, 0])]
+                    + [mk([5, 0], dt), mk([2, 0, 3], dt), offsets([2, 5])],
+                    lambda op, x, w, o, y, v, p: (op(x, w, o), op(y, v, p)),
                 )
             )
         return out
