@@ -245,11 +245,8 @@ class Exporter:
                     raise UnsupportedOpError(f"attribute `{node.target}` is not a tensor")
                 tensor = tensor.detach().contiguous()
                 meta = tensor_meta(tensor, self.bindings, f"constant `{node.name}`")
-                data = (
-                    tensor.view(torch.uint8)
-                    if tensor.numel()
-                    else tensor.new_empty(0, dtype=torch.uint8)
-                )
+                # Flattened first: a 0-dim tensor cannot be viewed as bytes of another size.
+                data = tensor.reshape(-1).view(torch.uint8)
                 constants.append(
                     {
                         "name": node.name,

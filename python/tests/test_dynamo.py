@@ -102,6 +102,23 @@ def test_multiple_outputs_and_passthrough():
     assert got[3] == 3
 
 
+def test_tensor_constants_of_every_rank_are_baked_in():
+    # torch.tensor(...) in the traced code becomes a constant of the graph (get_attr): a 0-dim
+    # one (the scalars of detection models' post-processing), an empty one and a 1-D one.
+    def fn(x):
+        scale = torch.tensor(2.5)
+        offsets = torch.tensor([1.0, 2.0, 3.0])
+        flags = torch.tensor(True)
+        none = torch.zeros(0)
+        return torch.where(flags, x * scale + offsets, x), torch.cat([x.flatten(), none])
+
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        got = torch.compile(fn, backend="fxmlir")(x)
+    for g, w in zip(got, fn(x)):
+        torch.testing.assert_close(g, w, atol=ATOL, rtol=RTOL)
+
+
 def test_integer_and_bool_graphs():
     def fn(a, b):
         return (a * 3 - b) // 2, (a > b) != (a == 0), torch.where(a > 0, a, b).sum()
