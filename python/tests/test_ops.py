@@ -16,6 +16,7 @@ dtype-sensitive samples (random values, edge values, scalars) run for every dtyp
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
 
@@ -2192,6 +2193,32 @@ def upsample_samples(vec, bilinear):
     return samples
 
 
+def grid_sampler_samples(dt):
+    """Every interpolation (0 bilinear, 1 nearest, 2 bicubic) with every padding (0 zeros,
+    1 border, 2 reflection), with and without align_corners, on grids reaching outside the
+    image; grids on pixel centres and corners, far outside, and empty; other layouts."""
+
+    def every_mode(op, x, grid):
+        modes = itertools.product(range(3), range(3), (False, True))
+        return tuple(op(x, grid, mode, pad, corners) for mode, pad, corners in modes)
+
+    out = [S("modes", [_image(dt, 2, 3, 5, 7), mk([2, 4, 6, 2], dt, -1.3, 1.3)], every_mode)]
+    # -1, 1, the centres of a 5-wide axis (±0.2, ±0.6 without align_corners), far outside.
+    exact = tensor([-1.0, -0.6, -0.2, 0.0, 0.2, 0.6, 1.0, 3.0, -7.5, 1.25], dt)
+    grid = torch.stack(torch.meshgrid(exact, exact.flip(0), indexing="ij"), -1)
+    out.append(S("exact", [_image(dt, 1, 2, 5, 5), grid.unsqueeze(0)], every_mode))
+    if dt.is_floating_point:
+        # Infinities and NaN in the image reach the output through the weights.
+        image = specials(dt)[:16].reshape(1, 1, 4, 4)
+        out.append(S("specials", [image, mk([1, 3, 3, 2], dt, -1, 1)], every_mode))
+    if dt == f32:
+        layouts = [_nchw_last(_image(dt, 2, 3, 5, 4)), mk([2, 2, 6, 3], dt).permute(0, 2, 3, 1)]
+        out.append(S("layouts", layouts, every_mode))
+        out.append(S("empty", [_image(dt, 2, 3, 4, 4), mk([2, 0, 5, 2], dt)], every_mode))
+        out.append(S("one_pixel", [_image(dt, 1, 2, 1, 1), mk([1, 3, 2, 2], dt)], every_mode))
+    return out
+
+
 def constant_pad_samples(dt):
     values = [0, 2.5, -1, True] if dt != u8 else [0, 2.5, 7, True]
     out = [
@@ -3813,6 +3840,15 @@ ROWS: list[Row] = [
         FLOATS + (u8,),
         upsample_samples(vec=False, bilinear=True),
         tol=NORM_TOL,
+    ),
+    Row(
+        "aten.grid_sampler_2d.default",
+        FLOATS,
+        grid_sampler_samples,
+        tol=NORM_TOL,
+        widened="eager's half kernel rounds coordinates, weights and sums at every step (off "
+        "by up to 0.26 in bf16 bicubic, other pixels in nearest); fxmlir computes in f32 and "
+        "rounds once",
     ),
     Row("aten.constant_pad_nd.default", ALL, constant_pad_samples, tol=EXACT),
     Row("aten.reflection_pad1d.default", NO_BOOL, edge_pad_samples(1, True), tol=EXACT),

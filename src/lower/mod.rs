@@ -13,6 +13,7 @@ mod normalization;
 mod pooling;
 mod reduction;
 mod resize;
+mod sampling;
 mod scan;
 
 use crate::error::{Error, NodeSite, Result};
@@ -70,7 +71,7 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
-        let families: [(&'static str, Register); 12] = [
+        let families: [(&'static str, Register); 13] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
             ("linear", linear::register),
@@ -83,6 +84,7 @@ impl Registry {
             ("conv", conv::register),
             ("pooling", pooling::register),
             ("resize", resize::register),
+            ("sampling", sampling::register),
         ];
         for (family, register) in families {
             r.family = family;
