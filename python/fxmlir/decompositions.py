@@ -204,6 +204,82 @@ def _grouped_weight_gradient(
     return torch.bmm(rows, patches).reshape(weight.shape)
 
 
+Window = tuple[torch.Tensor, torch.Tensor]
+
+
+def _spread(
+    grad: torch.Tensor, x: torch.Tensor, windows: list[Window], divisor: Any
+) -> torch.Tensor:
+    """The input's gradient of window averages over the last two dimensions: each output's
+    gradient, divided by ``divisor`` (per output, [out_h, out_w], or one number), added to
+    every input position of its window. ``windows`` holds, per axis, each output's window
+    within the input (start and end, int64 tensors of the outputs). Windows are separable, so
+    the sum is two products with 0/1 membership matrices: grad_in[h, w] = Σ_i Σ_j rows[i, h] ·
+    (grad / divisor)[i, j] · cols[j, w]. Everything is computed from ``arange`` (no constant
+    tensors, which aot_autograd's functional graph rejects)."""
+    rows, cols = (
+        ((p >= start[:, None]) & (p < end[:, None])).to(grad.dtype)
+        for (start, end), p in (
+            (window, torch.arange(size)) for window, size in zip(windows, x.shape[-2:])
+        )
+    )
+    return (rows.t() @ (grad / divisor) @ cols).to(x.dtype)
+
+
+def _area(lengths: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """[out_h, out_w]: the product of each output's two window lengths."""
+    return (lengths[0][:, None] * lengths[1][None, :]).to(dtype)
+
+
+def avg_pool2d_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """``aten.avg_pool2d_backward``: each output's window along an axis starts at ``i·s - p``
+    and ends ``k`` later, cut at the padded input's end; the divisor is the override, or the
+    product of the two windows' lengths, counting padding (``count_include_pad``) or only the
+    input."""
+
+    def pair(values: list[int], default: list[int]) -> list[int]:
+        values = list(values) or default
+        return values * 2 if len(values) == 1 else values
+
+    kernel = pair(kernel_size, [])
+    steps = pair(stride, kernel)
+    pads = pair(padding, [0])
+    windows, lengths = [], []
+    for size, out, k, s, p in zip(x.shape[-2:], grad.shape[-2:], kernel, steps, pads):
+        start = torch.arange(out) * s - p
+        end = torch.clamp(start + k, max=size + p)
+        inside = (torch.clamp(start, min=0), torch.clamp(end, max=size))
+        windows.append(inside)
+        lengths.append(end - start if count_include_pad else inside[1] - inside[0])
+    divisor = divisor_override or _area(lengths, grad.dtype)
+    return _spread(grad, x, windows, divisor)
+
+
+def adaptive_avg_pool2d_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``aten._adaptive_avg_pool2d_backward``: output ``i`` of ``out`` averages input positions
+    ``floor(i·in/out)`` to ``ceil((i+1)·in/out)``, divided by the window's area."""
+    windows = []
+    for size, out in zip(x.shape[-2:], grad.shape[-2:]):
+        i = torch.arange(out)
+        windows.append(
+            (
+                torch.div(i * size, out, rounding_mode="floor"),
+                -torch.div(-(i + 1) * size, out, rounding_mode="floor"),
+            )
+        )
+    lengths = [end - start for start, end in windows]
+    return _spread(grad, x, windows, _area(lengths, grad.dtype))
+
+
 #: Op -> the function that writes it out.
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer,
@@ -211,4 +287,6 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.max_pool2d_with_indices_backward.default: decomposition_table[
         aten.max_pool2d_with_indices_backward.default
     ],
+    aten.avg_pool2d_backward.default: avg_pool2d_backward,
+    aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
 }

@@ -2,7 +2,8 @@
 ``nn.TransformerEncoder`` in eval mode without gradients (one
 ``aten._transformer_encoder_layer_fwd`` per layer) compiles whole and matches eager; a masked
 layer keeps the fused op, which runs in eager PyTorch. The backward ops core ATen leaves whole
-are written out too: a CNN's training step compiles in two graphs with nothing left to eager."""
+are written out too (convolutions', max and average pooling's): a CNN's training step compiles in
+two graphs with nothing left to eager."""
 
 import fxmlir
 import pytest
@@ -80,6 +81,26 @@ def test_a_cnn_training_step_compiles_with_nothing_left_to_eager():
     # pooling: the backward's convolution_backward and max_pool2d_with_indices_backward are
     # written out as convolutions and a scatter-add.
     assert compiled_step(cnn(), torch.randn(2, 3, 17, 15)) == []
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        lambda: torch.nn.AvgPool2d(3, stride=2, padding=1),
+        lambda: torch.nn.AvgPool2d((3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True),
+        lambda: torch.nn.AvgPool2d(2, padding=1, count_include_pad=False, ceil_mode=True),
+        lambda: torch.nn.AvgPool2d(3, stride=1, divisor_override=4),
+        lambda: torch.nn.AdaptiveAvgPool2d((3, 2)),
+        lambda: torch.nn.AdaptiveAvgPool2d((5, 7)),
+    ],
+    ids=["padded", "ceil", "without_padding", "divisor", "adaptive", "adaptive_up"],
+)
+def test_average_pooling_backward_compiles_whole(pool):
+    # avg_pool2d_backward and _adaptive_avg_pool2d_backward, which core ATen leaves whole, are
+    # written out as products with the windows' 0/1 membership matrices.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), pool(), torch.nn.Tanh()).train()
+    assert compiled_step(model, torch.randn(2, 3, 9, 8)) == []
 
 
 @pytest.mark.parametrize(

@@ -3000,6 +3000,15 @@ def test_out_of_range_indices_are_defined():
         assert got.tolist() == expected, (name, got.tolist())
 
 
+def _gelu_zero_signs() -> str | None:
+    """Why gelu's zero signs are not compared on this CPU, if they are not: which kernel PyTorch
+    picks depends on the CPU, and on AVX2 its vectorised gelu returns +0 for -0 and for the
+    negative inputs whose result underflows (AVX-512 keeps the sign, as the compiler does)."""
+    if torch.nn.functional.gelu(torch.full((16,), -0.0)).signbit().all():
+        return None
+    return "PyTorch's vectorised gelu on this CPU drops the sign of a zero result; fxmlir keeps it"
+
+
 ROWS: list[Row] = [
     # ---- elementwise: unary ----
     Row("aten.neg.default", NO_BOOL, unary(), tol=EXACT),
@@ -3028,6 +3037,7 @@ ROWS: list[Row] = [
         FLOATS,
         unary(-4, 4, variants=({}, {"approximate": "tanh"}), plus_inf_apart=True),
         tol=CLOSE,
+        zero_signs=_gelu_zero_signs(),
     ),
     # ---- elementwise: binary ----
     Row(
