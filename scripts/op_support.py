@@ -13,10 +13,15 @@ import sys
 
 import fxmlir
 import torch
+from fxmlir import decompositions
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "op-support.md"
 sys.path.insert(0, str(ROOT / "python" / "tests"))
+
+
+#: Ops fxmlir writes out as other ops before lowering (its own decompositions).
+WRITTEN_OUT = {str(op) for op in decompositions.DECOMPOSITIONS}
 
 
 def core_overloads() -> list[str]:
@@ -47,6 +52,8 @@ def tested_dtypes() -> dict[str, list[str]]:
 def status(op: str, native: dict[str, str]) -> str:
     if op in native:
         return f"native ({native[op]})"
+    if op in WRITTEN_OUT:
+        return "written out (`fxmlir.decompositions`), when its arguments allow"
     if op.split(".")[1].startswith("sym_"):
         return "evaluated at export (size query)"
     overload = getattr(getattr(torch.ops.aten, op.split(".")[1]), op.split(".")[2])
