@@ -12,8 +12,14 @@ padding, per-head, merged) whose conventions are the native kernel's own.
 Backward ops that core ATen leaves whole, so that a training step's backward graph compiles
 in one piece: a convolution's backward as convolutions (the input's gradient is the transposed
 convolution of the output's; the weight's a grouped convolution of the input by the output's
-gradient with batch and channels swapped, or for a 1x1 kernel one matrix product), and max
-pooling's as PyTorch's own scatter-add decomposition.
+gradient with batch and channels swapped, or for a 1x1 kernel one matrix product), max
+pooling's as PyTorch's own scatter-add decomposition, and average pooling's (fixed and
+adaptive windows) as products with the windows' membership matrices.
+
+Dropout in training, so that a training step's forward graph compiles in one piece: only the
+uniform draws run eagerly (``torch.rand``, before the compiled partition), the rest is
+compiled. Its masks are therefore not eager's (which draws with ``bernoulli``), as with
+Inductor; they follow ``torch.manual_seed``.
 """
 
 from __future__ import annotations
@@ -280,6 +286,21 @@ def adaptive_avg_pool2d_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.T
     return _spread(grad, x, windows, _area(lengths, grad.dtype))
 
 
+def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> Any:
+    """``aten.native_dropout`` in training: the uniform draws are a ``rand`` of the input's
+    shape, which reads no tensor, so it runs in eager PyTorch (from its generator, under
+    ``torch.manual_seed``) before the compiled partition instead of cutting the graph in two
+    around each dropout; the comparison, the mask and the scaling are compiled with their
+    neighbours. PyTorch's own decomposition (``rand_like``) reads the input, and each dropout
+    still split the graph. Other cases (evaluation, p = 0 or 1, integers) are left whole."""
+    if not train or not 0 < p < 1 or not x.dtype.is_floating_point:
+        return NotImplemented
+    # Half-precision draws would round p's threshold to 8 or 11 bits: drawn in f32 at least.
+    draws = torch.promote_types(x.dtype, torch.float32)
+    keep = torch.rand(x.shape, dtype=draws, device=x.device) > p
+    return keep * x * float(1.0 / (1.0 - p)), keep
+
+
 #: Op -> the function that writes it out.
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer,
@@ -289,4 +310,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     ],
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
     aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+    aten.native_dropout.default: native_dropout,
 }

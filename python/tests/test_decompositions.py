@@ -140,3 +140,41 @@ def test_a_transposed_convolution_keeps_its_backward_whole():
     model = torch.nn.ConvTranspose2d(4, 3, 3, stride=2).train()
     fallbacks = compiled_step(model, torch.randn(2, 4, 5, 5))
     assert fallbacks == ["aten.convolution_backward.default"]
+
+
+def dropout_step(p: float, x: torch.Tensor):
+    """A compiled training-mode dropout (then a sine) and its gradient: the output, the
+    input's gradient and the ops that ran in eager PyTorch."""
+    before = max((f.seq for f in fxmlir.partition.fallbacks), default=-1)
+    graphs = len(fxmlir.backend.history)
+    x = x.detach().requires_grad_()
+    fn = torch.compile(lambda x: torch.nn.functional.dropout(x, p, True).sin(), backend="fxmlir")
+    torch.manual_seed(5)
+    y = fn(x)
+    y.sum().backward()
+    eager = [f.op for f in fxmlir.partition.fallbacks if f.seq > before]
+    return y, x.grad, eager, len(fxmlir.backend.history) - graphs
+
+
+def test_dropout_in_training_draws_from_torch_rand_and_keeps_the_graph_whole():
+    # The draws are torch.rand under the caller's seed (not eager's bernoulli stream): the same
+    # seed gives the same mask as an eager rand; the mask, the scaling and the sine compile in
+    # one forward and one backward graph, only the draw runs eagerly.
+    p, x = 0.3, torch.randn(64, 3000)
+    y, grad, eager, graphs = dropout_step(p, x)
+    torch.manual_seed(5)
+    keep = torch.rand(x.shape) > p
+    torch.testing.assert_close(y, (keep * x / (1 - p)).sin(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(grad, keep * (x / (1 - p)).cos() / (1 - p), atol=1e-6, rtol=1e-6)
+    assert eager == ["aten.rand.default"]
+    assert graphs == 2
+
+
+def test_dropout_keeps_the_expected_fraction_and_differs_from_call_to_call():
+    p, x = 0.3, torch.ones(200_000)
+    fn = torch.compile(lambda x: torch.nn.functional.dropout(x, p, True), backend="fxmlir")
+    first, second = fn(x), fn(x)
+    # 1 - p kept, within 6 standard deviations (sqrt(p (1 - p) / n) = 0.001).
+    assert abs((first != 0).float().mean().item() - (1 - p)) < 0.006
+    torch.testing.assert_close(first.unique(), torch.tensor([0.0, 1 / (1 - p)]))
+    assert not torch.equal(first, second)
