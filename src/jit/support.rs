@@ -89,10 +89,26 @@ pub unsafe extern "C" fn memref_copy(
     }
 }
 
+/// `__truncsfbf2`: f32 to bfloat16, rounded to nearest even (NaN stays a quiet NaN). LLVM
+/// calls it for a conversion the CPU has no instruction for (hosts without AVX512-BF16);
+/// compiler-rt defines it, but neither the process nor libgcc may. The bf16 result travels in
+/// the low 16 bits of the float return register, as the x86-64 ABI passes `__bf16`.
+pub extern "C" fn truncate_to_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let half = if x.is_nan() {
+        (bits >> 16) | 0x40
+    } else {
+        let lowest_kept = (bits >> 16) & 1;
+        bits.wrapping_add(0x7FFF + lowest_kept) >> 16
+    };
+    f32::from_bits(half)
+}
+
 /// Symbols fxmlir defines for compiled code, by name.
 pub fn lookup(symbol: &str) -> Option<usize> {
     match symbol {
         "memrefCopy" => Some(memref_copy as *const c_void as usize),
+        "__truncsfbf2" => Some(truncate_to_bf16 as *const c_void as usize),
         "malloc" => Some(super::alloc::malloc as *const c_void as usize),
         "free" => Some(super::alloc::free as *const c_void as usize),
         _ => None,
@@ -126,6 +142,21 @@ mod tests {
         let (from, to) = (src.as_ptr() as i64, dst.as_mut_ptr() as i64);
         copy(4, 2, &[from, from, 0, 3, 2, 1, 3], &[to, to, 0, 3, 2, 2, 1]);
         assert_eq!(dst, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    }
+
+    #[test]
+    fn rounds_f32_to_bf16_to_nearest_even() {
+        let bf16 = |x: f32| truncate_to_bf16(x).to_bits();
+        assert_eq!(bf16(1.0), 0x3F80);
+        assert_eq!(bf16(-2.5), 0xC020);
+        // Halfway between 0x3F80 and 0x3F81 goes to the even one; just above, up.
+        assert_eq!(bf16(f32::from_bits(0x3F80_8000)), 0x3F80);
+        assert_eq!(bf16(f32::from_bits(0x3F81_8000)), 0x3F82);
+        assert_eq!(bf16(f32::from_bits(0x3F80_8001)), 0x3F81);
+        assert_eq!(bf16(f32::MAX), 0x7F80);
+        assert_eq!(bf16(f32::NEG_INFINITY), 0xFF80);
+        assert_eq!(bf16(-0.0), 0x8000);
+        assert_eq!(bf16(f32::from_bits(0x7F80_0001)), 0x7FC0);
     }
 
     #[test]
