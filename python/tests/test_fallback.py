@@ -75,3 +75,26 @@ def test_compile_failure_falls_back_at_the_failing_node():
     torch.testing.assert_close(split(a), fn(a))
     assert sorted(compiled_parts) == [["exp"], ["tanh"]]
     assert any(f.node == failing and "lowering failed" in f.reason for f in partition.fallbacks)
+
+
+def test_embedding_bag_in_training_falls_back_with_its_reason():
+    # Inference compiles the bags' rows; a training step's backward reads the op's bookkeeping
+    # outputs (offset2bag, bag sizes), which the lowering refuses, so the op runs eagerly
+    # there and the gradients are eager's.
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(20, 8, mode="mean")
+    indices, offsets = torch.tensor([1, 4, 4, 9, 19, 0]), torch.tensor([0, 2, 2, 5])
+    with torch.no_grad():
+        report = fxmlir.explain(bag, indices, offsets)
+        torch.testing.assert_close(report.output, bag(indices, offsets))
+    assert report.fallbacks == []
+    before = max((f.seq for f in partition.fallbacks), default=-1)
+    torch.compile(bag, backend="fxmlir")(indices, offsets).square().sum().backward()
+    compiled = bag.weight.grad.clone()
+    bag.zero_grad()
+    bag(indices, offsets).square().sum().backward()
+    torch.testing.assert_close(compiled, bag.weight.grad)
+    reasons = {f.op: f.reason for f in partition.fallbacks if f.seq > before}
+    assert "read by the backward" in reasons.pop("aten._embedding_bag.default"), reasons
+    # The backward's own op has no lowering.
+    assert list(reasons) == ["aten._embedding_bag_backward.default"], reasons

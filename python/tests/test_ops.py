@@ -2352,6 +2352,38 @@ def distinct(shape, dt, low=-60):
     return perm.reshape(shape).to(dt)
 
 
+def embedding_bag_samples(dt):
+    """``_embedding_bag``'s rows (output 0; the bookkeeping outputs are the backward's):
+    sum, mean and max, with and without a padding row, offsets with and without the last
+    offset (which then is the indices' count, as the op requires), per-sample weights, an
+    empty bag, int32 indices, and bags large enough to run in parallel."""
+
+    def every_mode(op, w, indices, offsets, with_last, weights):
+        out = []
+        for mode, padding in itertools.product(range(3), (-1, 3)):
+            out.append(op(w, indices, offsets, False, mode, False, None, False, padding)[0])
+            out.append(op(w, indices, with_last, False, mode, False, None, True, padding)[0])
+        for padding in (-1, 3):
+            out.append(op(w, indices, offsets, False, 0, False, weights, False, padding)[0])
+        return tuple(out)
+
+    indices = [3, 1, 3, 7, 0, 3, 9, 2, 5, 5, 8, 1, 3]
+    # Bags [0, 2), [2, 2) (empty), [2, 7), [7, 12), [12, 13).
+    offsets, with_last = [0, 2, 2, 7, 12], [0, 2, 2, 7, 13]
+    inputs = [mk([10, 6], dt), ix(indices), ix(offsets), ix(with_last), mk([13], dt)]
+    out = [S("bags", inputs, every_mode)]
+    if dt == f32:
+        narrow = [inputs[0], ix(indices, i32), ix(offsets, i32), ix(with_last, i32), inputs[4]]
+        out.append(S("int32", narrow, every_mode))
+        # 2000 indices of 40 columns in 64 bags of 0 to 62: the bags run as parallel tasks.
+        sizes = [7 * b % 63 for b in range(63)]
+        starts = ix([sum(sizes[:b]) for b in range(64)])
+        large = torch.arange(2000) * 37 % 50
+        ends = torch.cat([starts, ix([2000])])
+        out.append(S("large", [mk([50, 40], dt), large, starts, ends, mk([2000], dt)], every_mode))
+    return out
+
+
 def embedding_samples(dt):
     w = mk([6, 3], dt)
     out = [
@@ -3882,6 +3914,7 @@ ROWS: list[Row] = [
     Row("aten.replication_pad3d.default", NO_BOOL, edge_pad_samples(3, False), tol=EXACT),
     # ---- indexing, scans, sorting ----
     Row("aten.embedding.default", ALL, embedding_samples, tol=EXACT),
+    Row("aten._embedding_bag.default", FLOATS, embedding_bag_samples, tol=ACCUMULATE),
     Row("aten.index_select.default", ALL, index_select_samples, tol=EXACT),
     Row("aten.gather.default", ALL, gather_samples, tol=EXACT),
     Row("aten.scatter.src", ALL, scatter_samples(False), tol=EXACT),

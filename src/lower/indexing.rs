@@ -1,5 +1,6 @@
 //! Indexing: gathers (embedding, index_select, gather, advanced indexing) are `linalg.generic`s
-//! over the result that read the source with `tensor.extract`; scatters (scatter, scatter_add,
+//! over the result that read the source with `tensor.extract`; embedding bags are a loop over
+//! the bags, each a loop over its indices adding weight rows; scatters (scatter, scatter_add,
 //! scatter_reduce, index_put) are `scf.for` nests over the updates that carry the destination
 //! tensor, so updates apply one after the other in row-major order, as on PyTorch's CPU (the
 //! last of duplicate indices wins an assignment; accumulation sums them all). select_scatter
@@ -62,6 +63,7 @@ pub(super) fn register(r: &mut Registry) {
     for &(op, indexing) in INDEXING {
         r.add(op, move |ctx, node| lower_indexing(ctx, node, indexing));
     }
+    r.add("aten._embedding_bag.default", embedding_bag);
 }
 
 fn lower_indexing<'c, 'a>(
@@ -459,6 +461,283 @@ fn embedding<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
         &[Read::identity(indices)],
         &[Coord::Index(0), Coord::Loop(r)],
     )
+}
+
+/// How `_embedding_bag` combines a bag's rows (its `mode` argument).
+#[derive(Clone, Copy, PartialEq)]
+enum Bag {
+    Sum,
+    Mean,
+    Max,
+}
+
+/// What one bag's loop needs.
+struct Bags<'c, 'a> {
+    weight: Tensor<'c, 'a>,
+    indices: Tensor<'c, 'a>,
+    offsets: Tensor<'c, 'a>,
+    per_sample: Option<Tensor<'c, 'a>>,
+    bag: Bag,
+    include_last_offset: bool,
+    /// The row whose index is left out (`padding_idx`), if any.
+    padding: Option<i64>,
+    acc: DType,
+}
+
+/// `_embedding_bag(weight, indices, offsets, …, mode, …, per_sample_weights,
+/// include_last_offset, padding_idx)`: bag `b` is `indices[offsets[b]:offsets[b + 1]]` (the last
+/// bag runs to the end unless `include_last_offset`), and its output row is the sum (weighted
+/// by `per_sample_weights`), mean or maximum of the weight rows it names, the padding row left
+/// out; an empty bag gives zeros. Each bag is a loop over its indices accumulating one row
+/// (in f32 for half types), the bags an `scf.forall` when the work is large. Only the output
+/// itself is computed: the bookkeeping outputs (offset2bag, bag sizes, max indices) that the
+/// backward reads are refused when anything reads them, so a training graph leaves the op to
+/// eager PyTorch.
+fn embedding_bag<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let weight = ctx.tensor(node, 0)?;
+    let indices = ctx.tensor(node, 1)?;
+    let offsets = ctx.tensor(node, 2)?;
+    let bag = match ctx.opt_int(node, 4)?.unwrap_or(0) {
+        0 => Bag::Sum,
+        1 => Bag::Mean,
+        2 => Bag::Max,
+        m => return fail(format!("mode {m} is not one of 0 (sum), 1 (mean), 2 (max)")),
+    };
+    let per_sample = ctx.opt_tensor(node, 6)?;
+    let include_last_offset = node.args.len() > 7 && ctx.bool(node, 7)?;
+    let padding = ctx.opt_int(node, 8)?.filter(|&p| p >= 0);
+    if let Some(k) = (1..4).find(|&k| ctx.used(node, k)) {
+        return fail(format!(
+            "output {k} (offset2bag, bag sizes or max indices, read by the backward) is not \
+             computed; only the bags' rows are"
+        ));
+    }
+    check_index(&indices, "embedding_bag indices")?;
+    check_index(&offsets, "embedding_bag offsets")?;
+    if weight.rank() != 2 || !weight.dtype.is_float() || indices.rank() != 1 || offsets.rank() != 1
+    {
+        return fail(format!(
+            "expected a 2-D floating-point weight and 1-D indices and offsets, got {} {:?}, \
+             {:?} and {:?}",
+            weight.dtype.name(),
+            weight.shape,
+            indices.shape,
+            offsets.shape
+        ));
+    }
+    if let Some(w) = &per_sample
+        && (bag != Bag::Sum || w.shape != indices.shape || w.dtype != weight.dtype)
+    {
+        return fail(format!(
+            "per_sample_weights must be given with mode sum, of the indices' shape {:?} and \
+             the weight's dtype, got {} {:?}",
+            indices.shape,
+            w.dtype.name(),
+            w.shape
+        ));
+    }
+    let (rows, width) = (weight.shape[0], weight.shape[1]);
+    let bags = offsets.shape[0] - i64::from(include_last_offset);
+    let out = ctx.out(0)?.clone();
+    super::resize::check_shape(&out.shape, &[bags.max(0), width])?;
+    let mut results = Vec::new();
+    for k in 1..4 {
+        let unused = ctx.out(k)?.clone();
+        results.push(ctx.e.empty(&unused.shape, unused.dtype)?);
+    }
+    let dtype = weight.dtype;
+    let value = if out.shape.contains(&0) {
+        ctx.e.empty(&out.shape, dtype)?
+    } else if rows == 0 {
+        return fail("the weight has no rows to read");
+    } else {
+        let p = Bags {
+            acc: dtype.compute(),
+            weight,
+            indices,
+            offsets,
+            per_sample,
+            bag,
+            include_last_offset,
+            padding,
+        };
+        let init = ctx.e.empty(&out.shape, dtype)?;
+        let work = p.indices.shape[0].saturating_mul(width);
+        let result = if bags > 1 && work >= crate::pipeline::parallel::MIN_WORK {
+            forall(&ctx.e, bags, &[init], |b, writes, at, shared| {
+                let row = bag_row(b, &p, at)?;
+                writes.insert_at(
+                    reuse(row),
+                    nth(shared, 0)?,
+                    &out.shape,
+                    (0, reuse(at), None),
+                    true,
+                )?;
+                Ok(())
+            })?
+        } else {
+            loop_nest(&ctx.e, &[bags], &[init], &|b, at, carried| {
+                let at = nth(at, 0)?;
+                let row = bag_row(b, &p, at)?;
+                Ok(vec![b.insert_at(
+                    row,
+                    nth(carried, 0)?,
+                    &out.shape,
+                    (0, at, None),
+                    false,
+                )?])
+            })?
+        };
+        nth(&result, 0)?
+    };
+    results.insert(0, value);
+    Ok(results)
+}
+
+/// Indices of a bag added to its row in one pass over the row: the accumulator row goes
+/// through memory once per group instead of once per index.
+const BAG_STEP: i64 = 4;
+
+/// Adds the `count` indices from `first` to a bag's `carried` (row, indices seen).
+fn add_to_bag<'c, 'b>(
+    c: &Emit<'c, 'b>,
+    p: &Bags<'c, '_>,
+    first: Value<'c, 'b>,
+    count: i64,
+    carried: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>> {
+    let (rows, width) = (p.weight.shape[0], p.weight.shape[1]);
+    let (dtype, acc, bag) = (p.weight.dtype, p.acc, p.bag);
+    let row_map = emit::identity_map(1);
+    let mut reads = Vec::new();
+    let mut valid = Vec::new();
+    let mut scales = Vec::new();
+    let mut seen = nth(carried, 1)?;
+    for k in 0..count {
+        let i = c.same("arith.addi", &[first, c.index(k)?])?;
+        let id = extract(c, reuse(p.indices.value), &[i], p.indices.dtype)?;
+        let id = c.convert(id, p.indices.dtype, DType::Int64)?;
+        let kept = match p.padding {
+            Some(pad) => c.cmpi("ne", id, c.constant(Scalar::Int(pad), DType::Int64)?)?,
+            None => c.constant(Scalar::Bool(true), DType::Bool)?,
+        };
+        let (id, _) = bound(c, to_index(c, id, DType::Int64)?, rows)?;
+        let read = c.extract_at(reuse(p.weight.value), &[rows, width], 0, id, None, dtype)?;
+        reads.push((read, row_map.clone()));
+        if let Some(w) = &p.per_sample {
+            let s = extract(c, reuse(w.value), &[i], w.dtype)?;
+            scales.push(c.convert(s, w.dtype, acc)?);
+        }
+        let one = c.convert(kept, DType::Bool, DType::Int64)?;
+        seen = c.same("arith.addi", &[seen, one])?;
+        valid.push(kept);
+    }
+    let reads_count = reads.len();
+    let row = c.generic(
+        &reads,
+        &[(nth(carried, 0)?, row_map.clone())],
+        &[Iter::Parallel],
+        |d, v| {
+            let mut total = nth(v, reads_count)?;
+            for (k, &kept) in valid.iter().enumerate() {
+                let mut w = d.convert(v[k], dtype, acc)?;
+                if let Some(&s) = scales.get(k) {
+                    w = d.same("arith.mulf", &[w, reuse(s)])?;
+                }
+                let combined = match bag {
+                    Bag::Max => d.same("arith.maximumf", &[total, w])?,
+                    Bag::Sum | Bag::Mean => d.same("arith.addf", &[total, w])?,
+                };
+                total = d.select(reuse(kept), combined, total)?;
+            }
+            Ok(vec![total])
+        },
+    )?;
+    Ok(vec![nth(&row, 0)?, seen])
+}
+
+/// The output row of bag `at`.
+fn bag_row<'c, 'b>(b: &Emit<'c, 'b>, p: &Bags<'c, '_>, at: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+    let width = p.weight.shape[1];
+    let count = p.indices.shape[0];
+    let offset = |i| -> Result<Value<'c, 'b>> {
+        let v = extract(b, reuse(p.offsets.value), &[i], p.offsets.dtype)?;
+        to_index(b, v, p.offsets.dtype)
+    };
+    let zero = b.index(0)?;
+    let end_all = b.index(count)?;
+    let clamp = |v, low| -> Result<Value<'c, 'b>> {
+        let v = b.same("arith.maxsi", &[v, low])?;
+        b.same("arith.minsi", &[v, end_all])
+    };
+    let start = clamp(offset(at)?, zero)?;
+    // The next offset, or for the last bag without include_last_offset the indices' end.
+    let next = b.same("arith.addi", &[at, b.index(1)?])?;
+    let last = b.index(p.offsets.shape[0] - 1)?;
+    let end = offset(b.same("arith.minsi", &[next, last])?)?;
+    let end = if p.include_last_offset {
+        end
+    } else {
+        let has_next = b.cmpi("slt", next, b.index(p.offsets.shape[0])?)?;
+        b.select(has_next, end, end_all)?
+    };
+    let end = clamp(end, start)?;
+    let fill = match p.bag {
+        Bag::Max => Scalar::Float(f64::NEG_INFINITY),
+        Bag::Sum | Bag::Mean => Scalar::Float(0.0),
+    };
+    let empty_row = b.splat(&[width], p.acc, fill)?;
+    let none = b.constant(Scalar::Int(0), DType::Int64)?;
+    let row_map = emit::identity_map(1);
+    // Indices in groups of BAG_STEP, each group added to the row in one pass over it, then the
+    // rest one by one.
+    let step = b.index(BAG_STEP)?;
+    let length = b.same("arith.subi", &[end, start])?;
+    let grouped = b.same("arith.remsi", &[length, step])?;
+    let grouped_end = b.same("arith.subi", &[end, grouped])?;
+    let groups = for_loop(
+        b,
+        start,
+        grouped_end,
+        step,
+        &[empty_row, none],
+        |c, i, carried| add_to_bag(c, p, i, BAG_STEP, carried),
+    )?;
+    let done = for_loop(
+        b,
+        grouped_end,
+        end,
+        b.index(1)?,
+        &groups,
+        |c, i, carried| add_to_bag(c, p, i, 1, carried),
+    )?;
+    let (row, seen) = (nth(&done, 0)?, nth(&done, 1)?);
+    let (dtype, acc, bag) = (p.weight.dtype, p.acc, p.bag);
+    let init = b.empty(&[width], dtype)?;
+    let finished = b.generic(
+        &[(row, row_map.clone())],
+        &[(init, row_map)],
+        &[Iter::Parallel],
+        |d, v| {
+            let seen = reuse(seen);
+            let value = match bag {
+                Bag::Sum => v[0],
+                // An empty bag's row holds zeros: dividing by at least one keeps them.
+                Bag::Mean => {
+                    let one = d.constant(Scalar::Int(1), DType::Int64)?;
+                    let n = d.same("arith.maxsi", &[seen, one])?;
+                    let n = d.convert(n, DType::Int64, acc)?;
+                    d.same("arith.divf", &[v[0], n])?
+                }
+                Bag::Max => {
+                    let nothing = d.cmpi("eq", seen, d.constant(Scalar::Int(0), DType::Int64)?)?;
+                    d.select(nothing, d.constant(Scalar::Float(0.0), acc)?, v[0])?
+                }
+            };
+            Ok(vec![d.convert(value, acc, dtype)?])
+        },
+    )?;
+    nth(&finished, 0)
 }
 
 fn index_select<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a>> {
