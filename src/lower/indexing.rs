@@ -169,6 +169,44 @@ where
     })
 }
 
+/// `init` (of `shape`) filled along dimension 0 by `count` pieces: `piece(emit, iv)` builds
+/// iteration `iv`'s piece and its first row (`len` rows, or one row with the dimension dropped
+/// for `None`). The iterations are an [`forall`] when `parallel`, else an `scf.for` carrying
+/// the result.
+pub(super) fn fill_rows<'c, 'a, F>(
+    e: &Emit<'c, 'a>,
+    init: Value<'c, 'a>,
+    shape: &[i64],
+    (count, len): (i64, Option<i64>),
+    parallel: bool,
+    piece: &F,
+) -> Result<Value<'c, 'a>>
+where
+    F: for<'b> Fn(&Emit<'c, 'b>, Value<'c, 'b>) -> Result<(Value<'c, 'b>, Value<'c, 'b>)>,
+{
+    let result = if parallel {
+        forall(e, count, &[init], |b, writes, iv, shared| {
+            let (rows, first) = piece(b, iv)?;
+            let at = (0, reuse(first), len);
+            writes.insert_at(reuse(rows), nth(shared, 0)?, shape, at, true)?;
+            Ok(())
+        })?
+    } else {
+        loop_nest(e, &[count], &[init], &|b, iv, carried| {
+            let (rows, first) = piece(b, nth(iv, 0)?)?;
+            let at = (0, first, len);
+            Ok(vec![b.insert_at(
+                rows,
+                nth(carried, 0)?,
+                shape,
+                at,
+                false,
+            )?])
+        })?
+    };
+    nth(&result, 0)
+}
+
 /// A loop op `name` whose body block takes the induction variable and one value per
 /// `carried` (filled by `fill(emit, iv, carried)`, terminator included) and whose results
 /// have the types of `carried`.
@@ -563,32 +601,15 @@ fn embedding_bag<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
         };
         let init = ctx.e.empty(&out.shape, dtype)?;
         let work = p.indices.shape[0].saturating_mul(width);
-        let result = if bags > 1 && work >= crate::pipeline::parallel::MIN_WORK {
-            forall(&ctx.e, bags, &[init], |b, writes, at, shared| {
-                let row = bag_row(b, &p, at)?;
-                writes.insert_at(
-                    reuse(row),
-                    nth(shared, 0)?,
-                    &out.shape,
-                    (0, reuse(at), None),
-                    true,
-                )?;
-                Ok(())
-            })?
-        } else {
-            loop_nest(&ctx.e, &[bags], &[init], &|b, at, carried| {
-                let at = nth(at, 0)?;
-                let row = bag_row(b, &p, at)?;
-                Ok(vec![b.insert_at(
-                    row,
-                    nth(carried, 0)?,
-                    &out.shape,
-                    (0, at, None),
-                    false,
-                )?])
-            })?
-        };
-        nth(&result, 0)?
+        let parallel = bags > 1 && work >= crate::pipeline::parallel::MIN_WORK;
+        fill_rows(
+            &ctx.e,
+            init,
+            &out.shape,
+            (bags, None),
+            parallel,
+            &|b, at| Ok((bag_row(b, &p, at)?, at)),
+        )?
     };
     results.insert(0, value);
     Ok(results)

@@ -3,7 +3,7 @@
 //! f32 as PyTorch's CPU kernels do; epilogues (bias, scaling) are elementwise generics that the
 //! fusion stage folds into the consumer.
 
-use super::indexing::{extract, for_loop, forall, index_to_i64, loop_nest, nth, reuse, to_index};
+use super::indexing::{extract, fill_rows, for_loop, index_to_i64, nth, reuse, to_index};
 use super::reduction::linalg_index;
 use super::resize::{affine, dims, place};
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail};
@@ -132,32 +132,16 @@ fn lower_grouped<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
     };
     let init = ctx.e.empty(&[s, n], out.dtype)?;
     let tiles = s / tile;
-    let result = if tiles > 1 && s.saturating_mul(k).saturating_mul(n) >= MIN_WORK {
-        forall(&ctx.e, tiles, &[init], |b, writes, t, shared| {
-            let (rows, first) = grouped_tile(b, &p, t)?;
-            writes.insert_at(
-                reuse(rows),
-                nth(shared, 0)?,
-                &[s, n],
-                (0, reuse(first), Some(tile)),
-                true,
-            )?;
-            Ok(())
-        })?
-    } else {
-        loop_nest(&ctx.e, &[tiles], &[init], &|b, t, carried| {
-            let (rows, first) = grouped_tile(b, &p, nth(t, 0)?)?;
-            let rows = b.insert_at(
-                rows,
-                nth(carried, 0)?,
-                &[s, n],
-                (0, first, Some(tile)),
-                false,
-            )?;
-            Ok(vec![rows])
-        })?
-    };
-    Ok(vec![nth(&result, 0)?])
+    let parallel = tiles > 1 && s.saturating_mul(k).saturating_mul(n) >= MIN_WORK;
+    let result = fill_rows(
+        &ctx.e,
+        init,
+        &[s, n],
+        (tiles, Some(tile)),
+        parallel,
+        &|b, t| grouped_tile(b, &p, t),
+    )?;
+    Ok(vec![result])
 }
 
 /// Each row's group: the number of groups that end at or before it (`groups` for the rows
