@@ -5,7 +5,8 @@ optimisation stage skipped (a product left untiled would still match, only slowe
 is here for something the others lack: grouped-query attention (Llama, Mistral, Qwen2, Gemma
 with one key head), attention and MLP summed in one op (Phi), experts' grouped products
 (Mixtral: transformers' fallback op in f32, ``_grouped_mm`` in bf16), relative position
-buckets (T5), a scan under vmap (Mamba), channels-last weights, bf16 weights."""
+buckets (T5), a scan under vmap (Mamba), channels-last weights, bf16 weights, grid sampling
+(RAFT's correlation lookups)."""
 
 import warnings
 
@@ -93,6 +94,23 @@ def vit():
     return (lambda x: model(x).last_hidden_state), torch.randn(2, 3, 32, 32)
 
 
+class OpticalFlow(torch.nn.Module):
+    """RAFT's final flow between the two images stacked in ``x``: its correlation lookups are
+    ``F.grid_sample``s."""
+
+    def __init__(self, raft: torch.nn.Module):
+        super().__init__()
+        self.raft = raft
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.raft(x[:1], x[1:], num_flow_updates=4)[-1]
+
+
+def raft():
+    model = OpticalFlow(torchvision.models.optical_flow.raft_small(weights=None)).eval()
+    return model, torch.rand(2, 3, 128, 128)
+
+
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=1000)
 DECODER = dict(SMALL, num_attention_heads=4, num_key_value_heads=2)
 MOE = dict(DECODER, num_local_experts=4, num_experts_per_tok=2)
@@ -106,6 +124,7 @@ MODELS = {
     "regnet_y_400mf": (vision("regnet_y_400mf"), TOL),
     "shufflenet_v2_x0_5": (vision("shufflenet_v2_x0_5"), TOL),
     "swin_t": (vision("swin_t"), TOL),
+    "raft_small": (raft, TOL),
     "bert": (
         language("BertConfig", "BertModel", "last_hidden_state", **SMALL, num_attention_heads=2),
         TOL,
