@@ -282,19 +282,11 @@ fn lower_grid_sampler_2d<'c, 'a>(
     let grid = ctx
         .e
         .reshape(grid.value, &grid.shape, &[n * pixels, 2], dtype)?;
-    let tables = taps(ctx, grid, n * pixels, (across, down), dtype)?;
+    let tables = taps(ctx, grid, (n, pixels), (across, down), dtype)?;
     let count = mode.taps();
     let pixel = affine(3, &dims([0, 2]));
-    let mut inputs = Vec::new();
-    for table in tables {
-        let elem = if inputs.len() % (2 * count) < count {
-            DType::Int32
-        } else {
-            acc
-        };
-        let table = ctx.e.reshape(table, &[n * pixels], &[n, pixels], elem)?;
-        inputs.push((table, pixel.clone()));
-    }
+    let inputs: Vec<(Value<'c, 'a>, String)> =
+        tables.into_iter().map(|t| (t, pixel.clone())).collect();
     let init = ctx.e.empty(&[n, c, pixels], dtype)?;
     let source = x.value;
     let result = ctx.e.generic(
@@ -362,16 +354,18 @@ fn lower_grid_sampler_2d<'c, 'a>(
     )?])
 }
 
-/// Per output pixel (the grid flattened to [`pixels`, 2]) and per tap: x indices, x weights,
-/// y indices, y weights, each a table of `pixels`.
+/// Per output pixel (the grid flattened to [`batch` · `pixels`, 2], computed over the pixels
+/// flattened) and per tap: x indices, x weights, y indices, y weights, each a table of
+/// [`batch`, `pixels`].
 fn taps<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     grid: Value<'c, 'a>,
-    pixels: i64,
+    (batch, per_image): (i64, i64),
     (across, down): (Axis, Axis),
     dtype: DType,
 ) -> Result<Vec<Value<'c, 'a>>> {
     let e = &ctx.e;
+    let pixels = batch * per_image;
     let acc = across.acc;
     let count = across.mode.taps();
     let pixel = emit::identity_map(1);
@@ -380,16 +374,14 @@ fn taps<'c, 'a>(
         let coordinate = e.extract_slice(grid, &[0, k], &[pixels, 1], &[1, 1], &[pixels], dtype)?;
         inputs.push((coordinate, pixel.clone()));
     }
-    let mut outputs = Vec::new();
-    for _ in 0..2 {
-        for _ in 0..count {
-            outputs.push((e.empty(&[pixels], DType::Int32)?, pixel.clone()));
-        }
-        for _ in 0..count {
-            outputs.push((e.empty(&[pixels], acc)?, pixel.clone()));
-        }
-    }
-    e.generic(&inputs, &outputs, &[Iter::Parallel; 1], |b, v| {
+    // Per axis: the taps' indices, then their weights.
+    let per_axis = [vec![DType::Int32; count], vec![acc; count]].concat();
+    let elems = [per_axis.clone(), per_axis].concat();
+    let outputs = elems
+        .iter()
+        .map(|&elem| Ok((e.empty(&[pixels], elem)?, pixel.clone())))
+        .collect::<Result<Vec<_>>>()?;
+    let tables = e.generic(&inputs, &outputs, &[Iter::Parallel; 1], |b, v| {
         let mut yielded = Vec::new();
         for (axis, g) in [(across, v[0]), (down, v[1])] {
             let taps = axis.taps(b, b.convert(g, dtype, acc)?)?;
@@ -397,5 +389,10 @@ fn taps<'c, 'a>(
             yielded.extend(taps.iter().map(|t| t.1));
         }
         Ok(yielded)
-    })
+    })?;
+    tables
+        .into_iter()
+        .zip(elems)
+        .map(|(t, elem)| e.reshape(t, &[pixels], &[batch, per_image], elem))
+        .collect()
 }
