@@ -107,7 +107,13 @@ fn key_follows_structure_options_and_toolchain() {
     assert!(lines[4].starts_with("llvm 22."));
     assert_eq!(
         lines[5],
-        format!("host {} {} {}", host.triple, host.cpu, host.features)
+        format!(
+            "host {} {} {} l2 {}",
+            host.triple,
+            host.cpu,
+            host.features,
+            host.l2_bytes.expect("sysfs describes the level-2 cache")
+        )
     );
     assert_eq!(base.digest.len(), 64);
 }

@@ -53,11 +53,38 @@ use std::time::{Duration, Instant};
 /// The name of the packed entry point: `void fxmlir_entry(void **descriptors)`.
 pub const ENTRY: &str = "fxmlir_entry";
 
-/// Host CPU name and features, read once.
+/// Host CPU name, features and level-2 cache size, read once.
 pub struct Host {
     pub triple: String,
     pub cpu: String,
     pub features: String,
+    /// Bytes of the first core's unified level-2 cache, from Linux's sysfs; `None` where the
+    /// kernel does not say.
+    pub l2_bytes: Option<i64>,
+}
+
+/// The level-2 cache of the first core as sysfs describes it (`512K`, `2048K`, `1M` or bytes).
+fn l2_bytes() -> Option<i64> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
+        if read("level")?.trim() != "2" || read("type")?.trim() == "Instruction" {
+            return None;
+        }
+        let size = read("size")?;
+        let size = size.trim();
+        let (digits, unit) = size.split_at(
+            size.find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(size.len()),
+        );
+        let scale = match unit {
+            "" => 1,
+            "K" => 1 << 10,
+            "M" => 1 << 20,
+            _ => return None,
+        };
+        digits.parse::<i64>().ok().map(|d| d * scale)
+    })
 }
 
 pub fn host() -> Result<&'static Host> {
@@ -72,6 +99,7 @@ pub fn host() -> Result<&'static Host> {
                     .into_owned(),
                 cpu: TargetMachine::get_host_cpu_name().to_string(),
                 features: TargetMachine::get_host_cpu_features().to_string(),
+                l2_bytes: l2_bytes(),
             })
         })
         .as_ref()

@@ -79,7 +79,7 @@ impl Key {
              graph {}\n\
              options {}\n\
              llvm {major}.{minor}.{patch} {}\n\
-             host {} {} {}\n",
+             host {} {} {} l2 {}\n",
             env!("CARGO_PKG_VERSION"),
             env!("FXMLIR_SOURCE_HASH"),
             structural_hash(graph)?,
@@ -88,6 +88,8 @@ impl Key {
             host.triple,
             host.cpu,
             host.features,
+            host.l2_bytes
+                .map_or("unknown".to_string(), |b| b.to_string()),
         );
         let digest = hex(&Sha256::digest(text.as_bytes()));
         Ok(Key { text, digest })

@@ -1,0 +1,61 @@
+"""Blocked matrix products pack their right operand into contiguous panels (see
+``pipeline/schedule.rs``, ``emit_packing``): every shape here is blocked on any host (its right
+operand exceeds half of the largest L2 assumed, 2 MiB), on one thread and split across two,
+and gives eager's results."""
+
+import pathlib
+
+import fxmlir
+import pytest
+import torch
+import torch.nn.functional as F
+
+# f32: sums of 1024-2048 products of unit normals (about 45 in magnitude), accumulated in
+# another order than eager's. bf16: results round to 8 bits (0.25 apart near 45), up to one
+# unit apart from eager's rounding of its own f32 sum.
+TOLERANCE = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+def _linear_relu(x, w, b):
+    return F.relu(F.linear(x, w, b))
+
+
+CASES = {
+    "mm": (lambda a, b: a @ b, [(96, 2048), (2048, 1024)], torch.float32),
+    "mm_prime_rows": (lambda a, b: a @ b, [(37, 1024), (1024, 1024)], torch.float32),
+    "bmm": (lambda a, b: a @ b, [(2, 32, 1024), (2, 1024, 768)], torch.float32),
+    "bias_relu": (
+        lambda a, b, c: F.relu(a @ b + c),
+        [(64, 1024), (1024, 1024), (1024,)],
+        torch.float32,
+    ),
+    "linear_relu": (_linear_relu, [(64, 1024), (1024, 1024), (1024,)], torch.float32),
+    "mm_bf16": (lambda a, b: a @ b, [(32, 2048), (2048, 512)], torch.bfloat16),
+}
+
+
+@pytest.fixture(params=[1, 2], ids=["one_thread", "two_threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_packed_products_match_eager(name, threads, tmp_path):
+    fn, shapes, dtype = CASES[name]
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = fn(*args)
+        with fxmlir.config.patch(dump_dir=str(tmp_path)):
+            actual = torch.compile(fn, backend="fxmlir")(*args)
+    rtol, atol = TOLERANCE[dtype]
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    scripts = "".join(
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.transform.mlir")
+    )
+    assert "(right operand packed)" in scripts, "the product was not blocked and packed"
+    assert "transform.structured.hoist_pad" in scripts
