@@ -54,6 +54,15 @@ def no_skipped_stage(request):
     assert not skipped, "\n".join(skipped)
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Runs the test on one thread and on two (kernels follow ``torch.get_num_threads()``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "skips_stage: the test skips an optimisation stage on purpose"

@@ -46,6 +46,21 @@ NAME = {
 }
 
 
+def compiled_and_eager(
+    fn: Callable, shapes: Sequence[Sequence[int]], dtype: torch.dtype, dump_dir: Any, **config: Any
+) -> tuple[Any, Any]:
+    """``fn`` compiled by fxmlir (dumping into ``dump_dir``, with ``config`` patched) and run
+    eagerly, on seeded normal inputs of ``shapes``: ``(compiled result, eager result)``."""
+    torch.manual_seed(0)
+    args = [torch.randn(s, dtype=dtype) for s in shapes]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = fn(*args)
+        with fxmlir.config.patch(dump_dir=str(dump_dir), **config):
+            actual = torch.compile(fn, backend="fxmlir")(*args)
+    return actual, expected
+
+
 def tolerance(dtype: torch.dtype, *tables: dict | None) -> tuple[float, float]:
     """(atol, rtol) for an output dtype: the first table naming it, else exact."""
     for table in tables:

@@ -10,6 +10,7 @@ import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import compiled_and_eager
 
 # Products over 32 terms, accumulated in another order than eager's, then erf/tanh.
 ATOL = RTOL = 1e-4
@@ -84,24 +85,10 @@ CASES = {
 }
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_chain_matches_eager(name, threads, tmp_path):
     fn, shapes, dtype, folds = CASES[name]
-    torch.manual_seed(0)
-    args = [torch.randn(s, dtype=dtype) for s in shapes]
-    torch._dynamo.reset()
-    with torch.no_grad():
-        expected = fn(*args)
-        with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
-            actual = torch.compile(fn, backend="fxmlir")(*args)
+    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path, fallback="error")
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
     scheduled = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.mlir"))
     assert "vector.contract" in scheduled, "the product was not scheduled"

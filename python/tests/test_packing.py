@@ -5,10 +5,10 @@ and gives eager's results."""
 
 import pathlib
 
-import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import compiled_and_eager
 
 # f32: sums of 1024-2048 products of unit normals (about 45 in magnitude), accumulated in
 # another order than eager's. bf16: results round to 8 bits (0.25 apart near 45), up to one
@@ -34,24 +34,10 @@ CASES = {
 }
 
 
-@pytest.fixture(params=[1, 2], ids=["one_thread", "two_threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_packed_products_match_eager(name, threads, tmp_path):
     fn, shapes, dtype = CASES[name]
-    torch.manual_seed(0)
-    args = [torch.randn(s, dtype=dtype) for s in shapes]
-    torch._dynamo.reset()
-    with torch.no_grad():
-        expected = fn(*args)
-        with fxmlir.config.patch(dump_dir=str(tmp_path)):
-            actual = torch.compile(fn, backend="fxmlir")(*args)
+    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path)
     rtol, atol = TOLERANCE[dtype]
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     scripts = "".join(

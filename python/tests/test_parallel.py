@@ -7,6 +7,7 @@ import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import compiled_and_eager
 
 # f32 sums over a few hundred terms, accumulated in another order than eager's.
 ATOL = RTOL = 1e-4
@@ -55,13 +56,7 @@ def two_threads():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_split_ops_match_eager(name, two_threads, tmp_path):
     fn, shapes = CASES[name]
-    torch.manual_seed(0)
-    args = [torch.randn(s) for s in shapes]
-    torch._dynamo.reset()
-    with torch.no_grad():
-        expected = fn(*args)
-        with fxmlir.config.patch(dump_dir=str(tmp_path)):
-            actual = torch.compile(fn, backend="fxmlir")(*args)
+    actual, expected = compiled_and_eager(fn, shapes, torch.float32, tmp_path)
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
     llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
     assert "__kmpc_fork_call" in llvm_ir, "no op was split across threads"
