@@ -4,6 +4,7 @@ operand exceeds half of the largest L2 assumed, 2 MiB), on one thread and split 
 and gives eager's results."""
 
 import pathlib
+import re
 
 import pytest
 import torch
@@ -45,3 +46,16 @@ def test_packed_products_match_eager(name, threads, tmp_path):
     )
     assert "(right operand packed)" in scripts, "the product was not blocked and packed"
     assert "transform.structured.hoist_pad" in scripts
+
+
+def test_one_row_reads_the_right_operand_in_place(tmp_path):
+    """A one-row product (a batch-1 linear layer) is blocked like the others but not packed:
+    each panel would be read by one register tile, so the copy would only add traffic."""
+    fn = CASES["mm"][0]
+    actual, expected = compiled_and_eager(fn, [(1, 2048), (2048, 1024)], torch.float32, tmp_path)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-3)
+    scripts = "".join(
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.transform.mlir")
+    )
+    assert re.search(r'matmul 1x2048x1024 f32: [^"]*k block \d+,', scripts)
+    assert "hoist_pad" not in scripts
