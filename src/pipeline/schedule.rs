@@ -397,7 +397,11 @@ impl Planned {
     /// packed parts add about 15% to its compile (best of six: 810 to 960 ms), for 5-20% less
     /// run time on two threads.
     fn packs(&self, rows: i64, nr: i64) -> bool {
-        self.problem.element != Element::Bf16Pairs && nr == self.tiles.nr && rows >= PACK_MIN_ROWS
+        let p = &self.problem;
+        p.element != Element::Bf16Pairs
+            && nr == self.tiles.nr
+            && rows >= PACK_MIN_ROWS
+            && p.k.saturating_mul(p.n).saturating_mul(p.element.bytes()) > PACK_MIN_RIGHT_BYTES
     }
 
     /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
@@ -804,7 +808,7 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         })
     };
     let why = format!(
-        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}",
+        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}{}",
         if batched { "batch_matmul" } else { "matmul" },
         p.problem.element.name(),
         p.chunks.as_ref().map_or(String::new(), |c| format!(
@@ -814,12 +818,11 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         t.mr,
         t.nr,
         t.ku,
-        match t.kc {
-            Some(c) if p.packs(t.m_split.map_or(p.rows(), |s| s.at), t.nr) => {
-                format!("{c} (right operand packed)")
-            }
-            Some(c) => c.to_string(),
-            None => "none".to_string(),
+        t.kc.map_or("none".to_string(), |c| c.to_string()),
+        if p.packs(t.m_split.map_or(p.rows(), |s| s.at), t.nr) {
+            ", right operand packed"
+        } else {
+            ""
         },
         t.nc.map_or(String::new(), |b| format!(
             ", column block {} over {} columns",
@@ -885,6 +888,12 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
         _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
     }
     let whole = t.m_split.is_none() && t.n_split.is_none();
+    // Rows of row part `r` (see `emit_row_split`).
+    let part_rows = |r: usize| match t.m_split {
+        Some(s) if r == 0 => s.at,
+        Some(s) => s.rest,
+        None => p.rows(),
+    };
     for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
         if let Some(kc) = t.kc {
@@ -909,13 +918,15 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                     list(&sizes),
                     interchange(sizes.len())
                 )?;
-                let rows = match t.m_split {
-                    Some(s) if r == 0 => s.at,
-                    Some(s) => s.rest,
-                    None => p.rows(),
-                };
-                let tiled = if p.packs(rows, *nr) {
-                    emit_packing(out, &part, p.problem.operand, zero, (kc, *nr))?
+                let tiled = if p.packs(part_rows(r), *nr) {
+                    emit_packing(
+                        out,
+                        &part,
+                        &format!("%t{part}"),
+                        p.problem.operand,
+                        zero,
+                        (kc, *nr),
+                    )?
                 } else {
                     format!("%t{part}")
                 };
@@ -932,7 +943,20 @@ fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
                 .enumerate()
             {
                 let part = format!("{name}_{r}");
-                let outer = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                let (outer, tile) = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                let tile = if p.packs(part_rows(r), *nr) {
+                    emit_packing(
+                        out,
+                        &part,
+                        &tile,
+                        p.problem.operand,
+                        zero,
+                        (p.problem.k, *nr),
+                    )?
+                } else {
+                    tile
+                };
+                emit_reduction_tile(out, &part, &tile, &with_zero(&[0, 0, t.ku]))?;
                 if pairs {
                     emit_pair_lanes(out, &part, zero, (mr, *nr))?;
                 }
@@ -1023,8 +1047,11 @@ fn emit_row_split(
     })
 }
 
-/// Rows below which a blocked product's part reads its right operand where it lies.
+/// Rows below which a product's part reads its right operand where it lies.
 const PACK_MIN_ROWS: i64 = 16;
+/// Bytes of the right operand up to which it is read where it lies: it stays in L1 and L2
+/// whatever its layout.
+const PACK_MIN_RIGHT_BYTES: i64 = 64 << 10;
 
 /// Rows of a right-operand panel copied per iteration of the packing loop.
 const PACK_ROWS: i64 = 8;
@@ -1039,6 +1066,7 @@ const PACK_ROWS: i64 = 8;
 fn emit_packing(
     out: &mut String,
     part: &str,
+    handle: &str,
     operand: &str,
     zero: &[i64],
     (kc, nr): (i64, i64),
@@ -1050,7 +1078,7 @@ fn emit_packing(
     let zero_value = format!("0.0 : {operand}");
     writeln!(
         out,
-        "    %pd{part}, %pp{part}, %pc{part} = transform.structured.pad %t{part} {{padding_values = [{zero_value}, {zero_value}, 0.0 : {accumulator}], padding_dimensions = {}, nofold_flags = {}, copy_back_op = \"none\"}} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
+        "    %pd{part}, %pp{part}, %pc{part} = transform.structured.pad {handle} {{padding_values = [{zero_value}, {zero_value}, 0.0 : {accumulator}], padding_dimensions = {}, nofold_flags = {}, copy_back_op = \"none\"}} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
     %ph{part} = transform.structured.hoist_pad %pp{part} by 2 loops : ({ANY}) -> {ANY}
     %pr{part}, %prl{part} = transform.structured.tile_using_for %ph{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
     transform.structured.vectorize %pr{part} vector_sizes {} : {ANY}",
@@ -1100,8 +1128,8 @@ fn emit_pair_lanes(
 
 /// Register tiles for a product without reduction blocks: tiles the product (or its fused
 /// elementwise consumer, pulling the product in), fuses the fill where it can, and tiles the
-/// reduction. `whole`: the part is the whole product (the fill and epilogue are its own).
-/// Returns the handle of the outermost loop.
+/// `whole`: the part is the whole product (the fill and epilogue are its own). Returns the
+/// handles of the outermost loop and of the product's register tile.
 fn emit_register_tiles(
     out: &mut String,
     contraction: usize,
@@ -1110,10 +1138,9 @@ fn emit_register_tiles(
     p: &Planned,
     (mr, nr): (i64, i64),
     whole: bool,
-) -> Result<String, std::fmt::Error> {
+) -> Result<(String, String), std::fmt::Error> {
     let batched = p.problem.batch.is_some();
     let lead: &[i64] = if batched { &[1] } else { &[] };
-    let zero: &[i64] = if batched { &[0] } else { &[] };
     let epilogue = p.epilogue.is_some() && whole;
     let fill = p.fill_init && whole;
     if fill && epilogue {
@@ -1159,8 +1186,7 @@ fn emit_register_tiles(
             containing = format!("%fl{part}");
         }
     }
-    emit_reduction_tile(out, part, &inner, &[zero, &[0, 0, p.tiles.ku]].concat())?;
-    Ok(containing)
+    Ok((containing, inner))
 }
 
 /// Vectorises the tiled ops inside `outer` (and only them: fill, contraction and epilogue
