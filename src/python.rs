@@ -339,6 +339,17 @@ fn bf16_dot() -> bool {
     crate::pipeline::schedule::Target::host().bf16_dot
 }
 
+/// Whether the kernel multiplies f32 copies of the operands of a product of `rows` rows of
+/// `dtype` (a torch dtype's name without `torch.`) on this host: `fxmlir.widen` widens
+/// weight-only operands of such products before hoisting, so that they are widened once.
+#[pyfunction]
+fn widened_product(dtype: &str, rows: i64) -> bool {
+    crate::graph::DType::ALL
+        .into_iter()
+        .find(|d| d.name() == dtype)
+        .is_some_and(|d| crate::lower::widened(d, rows))
+}
+
 /// Names of the registered pipelines.
 #[pyfunction]
 fn pipelines() -> Vec<String> {
@@ -367,5 +378,6 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(bf16_dot, m)?)?;
+    m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     Ok(())
 }

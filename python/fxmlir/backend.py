@@ -19,7 +19,18 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, aliasing, hoist, inference, interchange, pairs, partition, runtime, skew
+from . import (
+    _fxmlir,
+    aliasing,
+    hoist,
+    inference,
+    interchange,
+    pairs,
+    partition,
+    runtime,
+    skew,
+    widen,
+)
 from . import decompositions as written_out
 from .config import config
 
@@ -316,6 +327,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         whole = None
         if config.hoist and not interchange.is_dynamic(gm):
             pairs.pack_weights(gm, static)
+            widen.widen_weights(gm, static)
             skew.skew_weights(gm, static)
             whole = hoist.hoist(gm, static, compile_whole)
         if whole is None:

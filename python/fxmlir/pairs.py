@@ -231,20 +231,21 @@ def _pack_convolutions(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) ->
             result = chain(graph, node, [conv])
             if bias is not None:
                 bias = chain(graph, node, [(aten.view.default, (bias, [out] + [1] * nd), {})])
-        _replace(graph, node, result, bias)
+        replace(graph, node, result, bias)
         rewritten += 1
     return rewritten
 
 
-def _replace(
+def replace(
     graph: torch.fx.Graph, node: torch.fx.Node, result: torch.fx.Node, bias: object
 ) -> None:
     """Replaces ``node`` by the f32 ``result`` plus ``bias`` (if not None), rounded once to
-    bf16."""
+    ``node``'s dtype."""
+    dtype = fake_val(node).dtype
     with graph.inserting_before(node):
         if bias is not None:
             result = chain(graph, node, [(aten.add.Tensor, (result, bias), {})])
-        result = chain(graph, node, [(aten._to_copy.default, (result,), {"dtype": torch.bfloat16})])
+        result = chain(graph, node, [(aten._to_copy.default, (result,), {"dtype": dtype})])
     node.replace_all_uses_with(result)
     graph.erase_node(node)
 
@@ -284,7 +285,7 @@ def _pack_products(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int
             product = chain(graph, node, [(torch.ops.fxmlir.mm_pairs.default, (a, packed), {})])
             if pad:
                 product = chain(graph, node, [(aten.slice.Tensor, (product, 1, 0, n), {})])
-        _replace(graph, node, product, bias)
+        replace(graph, node, product, bias)
         rewritten += 1
     return rewritten
 

@@ -19,6 +19,7 @@ mod scan;
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
+pub use linear::widened;
 use melior::{
     Context,
     dialect::func,

@@ -18,6 +18,7 @@
 
 use super::{chains, outline};
 use crate::error::{Error, Result};
+use crate::graph::DType;
 use melior::{
     Context,
     ir::{
@@ -144,6 +145,17 @@ impl Target {
             registers,
             bf16_dot: vector_bytes == 64 && has("+avx512bf16"),
             l2_bytes,
+        }
+    }
+
+    /// Whether products of `dtype` operands multiply f32 copies of them: the half types this
+    /// CPU has no dot product for (f16 everywhere, bf16 without AVX512-BF16), whose register
+    /// tiles would otherwise widen every element they load.
+    pub fn widens(&self, dtype: DType) -> bool {
+        match dtype {
+            DType::Float16 => true,
+            DType::Bfloat16 => !self.bf16_dot,
+            _ => false,
         }
     }
 }

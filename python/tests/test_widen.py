@@ -1,0 +1,124 @@
+"""Half-precision products multiply f32 copies of their operands where the CPU has no dot
+product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
+without AVX512-BF16. A linear layer's weight is widened once, outside the kernel
+(``fxmlir.widen``); computed operands (attention's) are widened in the kernel. The results
+are eager's: widening is exact and both accumulate in f32 and round once."""
+
+import json
+import pathlib
+import re
+
+import fxmlir
+import pytest
+import torch
+import torch.nn.functional as F
+from fxmlir import _fxmlir
+from op_harness import compiled_and_eager
+
+HALF = (torch.bfloat16, torch.float16)
+
+# Outputs round to the half type's precision (bf16 8 bits, f16 11) after an f32 sum; eager's
+# own sum, in another order, may round to the neighbouring value. Absolute tolerances are per
+# unit of the largest eager output.
+TOLERANCE = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+
+PRODUCT = re.compile(r"linalg\.(?:batch_)?matmul ins\([^)]*: (tensor<[^)]*)\)")
+
+
+def _skip_pairs(dtype: torch.dtype) -> None:
+    if dtype == torch.bfloat16 and _fxmlir.bf16_dot():
+        pytest.skip("bf16 products use AVX512-BF16's dot product here (test_pairs.py)")
+
+
+def _product_operands(dump_dir: pathlib.Path) -> list[str]:
+    """The operand types of every matrix product in the kernels' input MLIR."""
+    text = "".join(p.read_text() for p in dump_dir.glob("*.00-input.mlir"))
+    return PRODUCT.findall(text)
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    assert actual.dtype == expected.dtype == dtype
+    scale = expected.float().abs().max().item()
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=tol, atol=tol * scale)
+
+
+def _attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+COMPUTED = {
+    "mm": (lambda a, b: a @ b, [(48, 96), (96, 80)]),
+    "bmm": (lambda a, b: a @ b, [(3, 40, 64), (3, 64, 72)]),
+    "attention": (_attention, [(2, 4, 48, 32)] * 3),
+}
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", sorted(COMPUTED))
+def test_computed_operands_are_widened_in_the_kernel(name, dtype, threads, tmp_path):
+    _skip_pairs(dtype)
+    fn, shapes = COMPUTED[name]
+    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path)
+    _close(actual, expected, dtype)
+    operands = _product_operands(tmp_path)
+    assert operands, "no matrix product in the kernel"
+    for types in operands:
+        assert re.fullmatch(r"tensor<[0-9x]+xf32>, tensor<[0-9x]+xf32>", types), types
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(256, 160).to(dtype)
+
+    def forward(self, x):
+        return F.gelu(self.layer(x))
+
+
+def _compile_linear(dtype: torch.dtype, rows: int, dump_dir: pathlib.Path):
+    model = Linear(dtype).eval()
+    x = torch.randn(rows, 256, dtype=dtype)
+    torch._dynamo.reset()
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(dump_dir)):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
+    hoisted = {i["name"]: i["meta"]["dtype"] for i in document["inputs"]}
+    hoisted = {name: dtype for name, dtype in hoisted.items() if name.startswith("hoisted_")}
+    return actual, expected, hoisted
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+def test_a_linear_layers_weight_is_widened_once(dtype, threads, tmp_path):
+    """The kernel receives the transposed weight already in f32 (computed by the hoisted
+    prologue), and the bias is added to the f32 product before the one rounding."""
+    _skip_pairs(dtype)
+    actual, expected, hoisted = _compile_linear(dtype, 24, tmp_path)
+    _close(actual, expected, dtype)
+    assert list(hoisted.values()) == ["float32"], hoisted
+    for types in _product_operands(tmp_path):
+        assert re.fullmatch(r"tensor<24x256xf32>, tensor<256x160xf32>", types), types
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+def test_a_one_row_product_keeps_its_half_operands(dtype, tmp_path):
+    """One row is bound by reading the weight, which widening would double."""
+    _skip_pairs(dtype)
+    short = str(dtype).removeprefix("torch.")
+    mlir = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
+    actual, expected, hoisted = _compile_linear(dtype, 1, tmp_path)
+    _close(actual, expected, dtype)
+    assert list(hoisted.values()) == [short], hoisted
+    for types in _product_operands(tmp_path):
+        assert re.fullmatch(rf"tensor<1x256x{mlir}>, tensor<256x160x{mlir}>", types), types
+
+
+def test_the_rule_follows_the_host():
+    assert _fxmlir.widened_product("float16", 2)
+    assert not _fxmlir.widened_product("float16", 1)
+    assert _fxmlir.widened_product("bfloat16", 64) == (not _fxmlir.bf16_dot())
+    assert not _fxmlir.widened_product("float32", 64)
+    assert not _fxmlir.widened_product("int8", 64)
+    assert not _fxmlir.widened_product("complex64", 64)
