@@ -15,7 +15,11 @@ becomes
     out = _to_copy(mm(_to_copy(a, float32), wide) [+ bias], half)
 
 the product the kernel would compute anyway, with the same values: widening is exact, the
-bias is added before the one rounding. :mod:`fxmlir.hoist` then computes ``wide`` once: the
+bias is added before the one rounding. A grouped product (``_grouped_mm``, transformers'
+``grouped_mm_fallback``: a mixture-of-experts layer) whose expert matrices are weight-only
+becomes the same product of widened operands, rounded once, where its groups average enough
+rows: the kernel would otherwise widen each expert matrix in the register tiles of every
+tile of rows that reads it. :mod:`fxmlir.hoist` then computes ``wide`` once: the
 kernel keeps an f32 copy of such weights, twice their size. Products on bf16 pairs
 (:mod:`fxmlir.pairs`) are rewritten before this and left alone.
 """
@@ -31,26 +35,70 @@ from .pairs import chain, fake_val, replace, weight_products
 aten = torch.ops.aten
 
 
+#: Grouped products (mixture-of-experts layers) by their targets' names: the second is
+#: registered by transformers, which need not be imported.
+GROUPED = ("aten._grouped_mm.default", "transformers.grouped_mm_fallback.default")
+
+
+def _widens(a: torch.fx.Node, b: torch.fx.Node, rows_per_product: int) -> bool:
+    va, vb = fake_val(a), fake_val(b)
+    if va is None or vb is None or va.dtype != vb.dtype:
+        return False
+    dtype = str(va.dtype).removeprefix("torch.")
+    return _fxmlir.widened_product(dtype, rows_per_product)
+
+
+def _grouped(node: torch.fx.Node, weights: set[torch.fx.Node]):
+    """``(a, b, rows per group)`` of a grouped product of ``a`` (rows x k) by the weight-only
+    ``b`` (groups x k x n), without bias or output dtype; None for anything else."""
+    if node.op != "call_function" or str(node.target) not in GROUPED:
+        return None
+    a, b, _, *rest = node.args
+    va, vb = fake_val(a), fake_val(b)
+    if b not in weights or any(x is not None for x in rest) or node.kwargs:
+        return None
+    if va is None or vb is None or va.dim() != 2 or vb.dim() != 3:
+        return None
+    rows, groups = va.shape[0], vb.shape[0]
+    if not isinstance(rows, int) or not isinstance(groups, int) or groups == 0:
+        return None
+    return a, b, rows // groups
+
+
+def _widened(graph: torch.fx.Graph, node: torch.fx.Node, *operands: torch.fx.Node) -> list:
+    with graph.inserting_before(node):
+        return [
+            chain(graph, node, [(aten._to_copy.default, (x,), {"dtype": torch.float32})])
+            for x in operands
+        ]
+
+
 def widen_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
-    """Widens the weight-only right operands of ``gm``'s half-precision products whose kernel
-    would widen them on every call (see the module docs); returns how many."""
+    """Widens the weight-only right operands of ``gm``'s half-precision products (grouped
+    ones included) whose kernel would widen them on every call (see the module docs); returns
+    how many."""
     graph = gm.graph
+    weights = hoist.Split(gm, static).static_nodes
     widened = 0
-    for node, a, b, bias in weight_products(gm, hoist.Split(gm, static).static_nodes):
-        va, vb = fake_val(a), fake_val(b)
-        if va is None or vb is None or va.dtype != vb.dtype or va.dim() != 2:
+    for node, a, b, bias in weight_products(gm, weights):
+        va = fake_val(a)
+        rows = va.shape[0] if va is not None and va.dim() == 2 else None
+        if not isinstance(rows, int) or not _widens(a, b, rows):
             continue
-        rows = va.shape[0]
-        dtype = str(va.dtype).removeprefix("torch.")
-        if not isinstance(rows, int) or not _fxmlir.widened_product(dtype, rows):
-            continue
+        wide = _widened(graph, node, a, b)
         with graph.inserting_before(node):
-            wide = [
-                chain(graph, node, [(aten._to_copy.default, (x,), {"dtype": torch.float32})])
-                for x in (a, b)
-            ]
             product = chain(graph, node, [(aten.mm.default, tuple(wide), {})])
         replace(graph, node, product, bias)
+        widened += 1
+    for node in list(graph.nodes):
+        grouped = _grouped(node, weights)
+        if grouped is None or not _widens(*grouped):
+            continue
+        a, b, _ = grouped
+        wide = _widened(graph, node, a, b)
+        with graph.inserting_before(node):
+            product = chain(graph, node, [(node.target, (*wide, node.args[2]), {})])
+        replace(graph, node, product, None)
         widened += 1
     if widened:
         gm.graph.eliminate_dead_code()

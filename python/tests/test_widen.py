@@ -1,7 +1,8 @@
 """Half-precision products multiply f32 copies of their operands where the CPU has no dot
 product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
-without AVX512-BF16. A linear layer's weight is widened once, outside the kernel
-(``fxmlir.widen``); computed operands (attention's) are widened in the kernel. The results
+without AVX512-BF16. A linear layer's weight and a mixture-of-experts layer's expert matrices
+are widened once, outside the kernel (``fxmlir.widen``); computed operands (attention's) are
+widened in the kernel. The results
 are eager's: widening is exact and both accumulate in f32 and round once."""
 
 import json
@@ -113,6 +114,35 @@ def test_a_one_row_product_keeps_its_half_operands(dtype, tmp_path):
     assert list(hoisted.values()) == [short], hoisted
     for types in _product_operands(tmp_path):
         assert re.fullmatch(rf"tensor<1x256x{mlir}>, tensor<256x160x{mlir}>", types), types
+
+
+class Experts(torch.nn.Module):
+    """A mixture-of-experts layer's grouped product: 48 rows in 4 groups by 4 experts."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 64, 40, dtype=dtype))
+        self.register_buffer("offs", torch.tensor([8, 20, 36, 48], dtype=torch.int32))
+
+    def forward(self, x):
+        return torch._grouped_mm(x, self.w, self.offs)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+def test_expert_matrices_are_widened_once(dtype, tmp_path):
+    _skip_pairs(dtype)
+    model, x = Experts(dtype).eval(), torch.randn(48, 64, dtype=dtype)
+    torch._dynamo.reset()
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    _close(actual, expected, dtype)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    grouped = [n for n in document["nodes"] if n["target"] == "aten._grouped_mm.default"]
+    assert [n["outputs"][0]["dtype"] for n in grouped] == ["float32"], grouped
+    hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
+    assert [(m["shape"], m["dtype"]) for m in hoisted] == [([4, 64, 40], "float32")], hoisted
 
 
 def test_the_rule_follows_the_host():
