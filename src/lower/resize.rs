@@ -8,6 +8,7 @@
 //! are computed here with PyTorch's exact floating-point formulas (`UpSample.h`), so the
 //! chosen source pixels and weights are the ones eager uses.
 
+use super::indexing::{reuse, to_index};
 use super::reduction::linalg_index;
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
@@ -171,20 +172,6 @@ pub(super) fn place<'c, 'a>(
         &attrs,
     )?;
     Ok(result(value))
-}
-
-/// A value defined in the enclosing block, for use inside a `linalg.generic` body being built
-/// (`tensor.extract` of a gathered tensor). The body closure is generic over its block's
-/// lifetime, so the borrow checker cannot see that the enclosing block outlives it.
-fn outer<'c, 'a, 'b>(v: Value<'c, 'a>) -> Value<'c, 'b> {
-    // SAFETY: the value is defined in the block that will hold the generic, which dominates
-    // and outlives the body block built inside it; the raw handle stays valid throughout.
-    unsafe { Value::from_raw(v.to_raw()) }
-}
-
-/// `index` from an i64 block argument.
-fn to_index<'c, 'b>(b: &Emit<'c, 'b>, v: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
-    b.op1("arith.index_cast", &[v], b.ty("index")?, &[])
 }
 
 /// A list argument of exactly `n` ints.
@@ -689,12 +676,12 @@ fn lower_upsample<'c, 'a>(
                 |b, v| {
                     let n = linalg_index(b, 0)?;
                     let c = linalg_index(b, 1)?;
-                    let h = to_index(b, v[0])?;
-                    let w = to_index(b, v[1])?;
+                    let h = to_index(b, v[0], DType::Int64)?;
+                    let w = to_index(b, v[1], DType::Int64)?;
                     let elem = b.elem_type(dtype)?;
                     Ok(vec![b.op1(
                         "tensor.extract",
-                        &[outer(source), n, c, h, w],
+                        &[reuse(source), n, c, h, w],
                         elem,
                         &[],
                     )?])
@@ -785,13 +772,19 @@ fn lower_upsample<'c, 'a>(
                 |b, v| {
                     let n = linalg_index(b, 0)?;
                     let c = linalg_index(b, 1)?;
-                    let (h0, h1) = (to_index(b, v[0])?, to_index(b, v[1])?);
-                    let (w0, w1) = (to_index(b, v[4])?, to_index(b, v[5])?);
+                    let (h0, h1) = (
+                        to_index(b, v[0], DType::Int64)?,
+                        to_index(b, v[1], DType::Int64)?,
+                    );
+                    let (w0, w1) = (
+                        to_index(b, v[4], DType::Int64)?,
+                        to_index(b, v[5], DType::Int64)?,
+                    );
                     let (hl0, hl1, wl0, wl1) = (v[2], v[3], v[6], v[7]);
                     let elem = b.elem_type(dtype)?;
                     let mut pixels = Vec::new();
                     for (h, w) in [(h0, w0), (h0, w1), (h1, w0), (h1, w1)] {
-                        let p = b.op1("tensor.extract", &[outer(source), n, c, h, w], elem, &[])?;
+                        let p = b.op1("tensor.extract", &[reuse(source), n, c, h, w], elem, &[])?;
                         pixels.push(b.convert(p, dtype, acc)?);
                     }
                     let mul = |a, w| b.same("arith.mulf", &[a, w]);
@@ -854,8 +847,8 @@ fn fixed_point_pass<'c, 'a>(
             let mut acc = b.constant(Scalar::Int(half), i32t)?;
             for (index, weight) in [(v[0], v[2]), (v[1], v[3])] {
                 let mut position = at.clone();
-                position[dim] = to_index(b, index)?;
-                let mut operands = vec![outer(source)];
+                position[dim] = to_index(b, index, DType::Int64)?;
+                let mut operands = vec![reuse(source)];
                 operands.extend(position);
                 let p = b.op1("tensor.extract", &operands, b.elem_type(DType::Uint8)?, &[])?;
                 let p = b.convert(p, DType::Uint8, i32t)?;
