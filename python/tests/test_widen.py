@@ -1,7 +1,7 @@
 """Half-precision products multiply f32 copies of their operands where the CPU has no dot
 product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
-without AVX512-BF16. A linear layer's weight and a mixture-of-experts layer's expert matrices
-are widened once, outside the kernel (``fxmlir.widen``); computed operands (attention's) are
+without AVX512-BF16. A linear layer's weight, a mixture-of-experts layer's expert matrices
+and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.widen``); computed operands (attention's) are
 widened in the kernel. The results
 are eager's: widening is exact and both accumulate in f32 and round once."""
 
@@ -143,6 +143,38 @@ def test_expert_matrices_are_widened_once(dtype, tmp_path):
     assert [n["outputs"][0]["dtype"] for n in grouped] == ["float32"], grouped
     hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
     assert [(m["shape"], m["dtype"]) for m in hoisted] == [([4, 64, 40], "float32")], hoisted
+
+
+class Convolutions(torch.nn.Module):
+    """A convolution with a bias, then a depthwise one without, sharing nothing."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1).to(dtype)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, groups=16, bias=False).to(dtype)
+
+    def forward(self, x):
+        return self.depthwise(torch.relu(self.conv(x)))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+def test_convolution_weights_are_widened_once(dtype, tmp_path):
+    """Each weight and bias reaches the kernel in f32, computed once by the hoisted prologue,
+    and the convolutions run on f32 operands."""
+    _skip_pairs(dtype)
+    model, x = Convolutions(dtype).eval(), torch.randn(2, 8, 12, 12, dtype=dtype)
+    torch._dynamo.reset()
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
+        actual = torch.compile(model, backend="fxmlir")(x)
+        expected = model(x)
+    _close(actual, expected, dtype)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
+    shapes = sorted((m["shape"], m["dtype"]) for m in hoisted)
+    assert shapes == [([16], "float32"), ([16, 1, 3, 3], "float32"), ([16, 8, 3, 3], "float32")]
+    convolutions = [n for n in document["nodes"] if n["target"] == "aten.convolution.default"]
+    assert [n["outputs"][0]["dtype"] for n in convolutions] == ["float32", "float32"]
 
 
 def test_the_rule_follows_the_host():
