@@ -1,9 +1,9 @@
 """Half-precision products multiply f32 copies of their operands where the CPU has no dot
 product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
 without AVX512-BF16. A linear layer's weight, a mixture-of-experts layer's expert matrices
-and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.widen``); computed operands (attention's) are
-widened in the kernel. The results
-are eager's: widening is exact and both accumulate in f32 and round once."""
+and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.widen``);
+computed operands (attention's) are widened in the kernel. The results are eager's: widening
+is exact and both accumulate in f32 and round once."""
 
 import json
 import pathlib
