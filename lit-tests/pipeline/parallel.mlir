@@ -222,3 +222,52 @@ func.func @ragged_transpose(%arg0: memref<24x64xf32>, %arg1: memref<64x24xf32>) 
   bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<64x24xf32>, memref<64x24xf32>) -> ()
   return
 }
+
+// -----
+
+// Short rows (a 3 x 3 convolution weight's taps): an elementwise op whose operands all use the
+// identity map is flattened into one loop inside each chunk, so that the loop vectoriser sees
+// 1179648 elements per thread rather than rows of 3.
+// CHECK-LABEL: func.func @short_rows(
+// CHECK:       scf.forall (%{{.*}}) in (2) {{.*}} -> (tensor<512x512x3x3xf32>)
+// CHECK:         tensor.collapse_shape %{{.*}} {{\[\[}}0, 1, 2, 3]] : tensor<256x512x3x3xf32> into tensor<1179648xf32>
+// CHECK:         linalg.generic {{.*}} iterator_types = ["parallel"]} ins(%{{.*}} : tensor<1179648xf32>) outs(%{{.*}} : tensor<1179648xf32>)
+// CHECK:           arith.maximumf
+// CHECK:         tensor.expand_shape %{{.*}} {{\[\[}}0, 1, 2, 3]] output_shape [256, 512, 3, 3]
+// ONE-LABEL: func.func @short_rows(
+// ONE-NOT:     scf.forall
+// ONE:         linalg.generic {{.*}} ins(%{{.*}} : tensor<2359296xf32>) outs(%{{.*}} : tensor<2359296xf32>)
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @short_rows(%arg0: memref<512x512x3x3xf32>, %arg1: memref<512x512x3x3xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<512x512x3x3xf32> to tensor<512x512x3x3xf32>
+  %1 = bufferization.to_tensor %arg1 restrict writable : memref<512x512x3x3xf32> to tensor<512x512x3x3xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%0 : tensor<512x512x3x3xf32>) outs(%1 : tensor<512x512x3x3xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.maximumf %in, %cst : f32
+    linalg.yield %3 : f32
+  } -> tensor<512x512x3x3xf32>
+  bufferization.materialize_in_destination %2 in writable %arg1 : (tensor<512x512x3x3xf32>, memref<512x512x3x3xf32>) -> ()
+  return
+}
+
+// -----
+
+// A broadcast operand (a per-channel bias over 7 x 7 maps) keeps the loop nest as it is.
+// CHECK-LABEL: func.func @broadcast_rows(
+// CHECK-NOT:     tensor.collapse_shape
+// CHECK:         linalg.generic {{.*}} ins(%{{.*}}, %{{.*}} : tensor<1x64x7x7xf32>, tensor<64xf32>) outs(%{{.*}} : tensor<1x64x7x7xf32>)
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#bias = affine_map<(d0, d1, d2, d3) -> (d1)>
+func.func @broadcast_rows(%arg0: memref<1x64x7x7xf32>, %arg1: memref<64xf32>, %arg2: memref<1x64x7x7xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<1x64x7x7xf32> to tensor<1x64x7x7xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<64xf32> to tensor<64xf32>
+  %2 = bufferization.to_tensor %arg2 restrict writable : memref<1x64x7x7xf32> to tensor<1x64x7x7xf32>
+  %3 = linalg.generic {indexing_maps = [#map, #bias, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%0, %1 : tensor<1x64x7x7xf32>, tensor<64xf32>) outs(%2 : tensor<1x64x7x7xf32>) {
+  ^bb0(%in: f32, %b: f32, %out: f32):
+    %4 = arith.addf %in, %b : f32
+    linalg.yield %4 : f32
+  } -> tensor<1x64x7x7xf32>
+  bufferization.materialize_in_destination %3 in writable %arg2 : (tensor<1x64x7x7xf32>, memref<1x64x7x7xf32>) -> ()
+  return
+}

@@ -6,7 +6,9 @@
 //! each `scf.forall` into `scf.parallel` and then into an OpenMP worksharing loop, which the
 //! LLVM translation outlines into a function run by the OpenMP runtime's thread team. Inner
 //! loops stay sequential, so LLVM still vectorises them. Tile loops of the matrix products the
-//! schedule stage built are not top-level ops and are left alone here.
+//! schedule stage built are not top-level ops and are left alone here. An elementwise op of
+//! short rows whose operands all use the identity map is also flattened into one loop (in each
+//! chunk when it is split), since LLVM vectorises only the innermost loop ([`SHORT_ROWS`]).
 
 use super::outline::op_name;
 use super::schedule::{
@@ -51,10 +53,21 @@ pub struct Split {
 /// sixteen 512-bit rows, transposed in registers by a fixed network of shuffles.
 pub const TRANSPOSE_TILE: i64 = 16;
 
-/// An op to split or to tile as a transposing copy (or both), found by raw pointer.
+/// Innermost extent below which an elementwise op's loop nest is flattened into one loop: the
+/// loop vectoriser vectorises the innermost loop only, so short rows (a convolution weight's 3
+/// x 3 taps, a 7 x 7 feature map) ran mostly in its scalar remainder. Measured on `relu(x * 2 +
+/// 1)`: 2.36 M elements took 3.1 ms as 512 x 512 x 3 x 3 and 0.49 ms flat; 25088 took 32 µs as
+/// 1 x 512 x 7 x 7 and 18 µs flat.
+pub const SHORT_ROWS: i64 = 64;
+
+/// An op to split or to tile as a transposing copy (or both), or to flatten, found by raw
+/// pointer.
 struct Planned {
     op: usize,
     split: Option<Split>,
+    /// An elementwise op of short rows whose operands and result are all read and written
+    /// with the identity map: its loops become one (`flatten_elementwise`).
+    flatten: bool,
     /// For a transposing copy: the sizes of its square register tiles over its loops.
     transpose: Option<Vec<i64>>,
     /// The index of the op's init operand and the `linalg.fill` that produces it (by raw
@@ -253,6 +266,37 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
 }
 
 /// The ops of every function's body (not nested in loops) to split or tile.
+/// Whether `op` is an all-parallel generic of plain arithmetic whose operands and result all
+/// use the identity map, over a static shape of rank 2 or more whose innermost extent is below
+/// [`SHORT_ROWS`] (with more than one row).
+fn flattens(op: &OperationRef) -> bool {
+    let Some((ranges, parallel)) = generic_loops(op) else {
+        return false;
+    };
+    let rank = ranges.len();
+    let Some(&inner) = ranges.last() else {
+        return false;
+    };
+    let identity = {
+        let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
+        format!("affine_map<({}) -> ({})>", dims.join(", "), dims.join(", "))
+    };
+    let maps = op
+        .attribute("indexing_maps")
+        .ok()
+        .and_then(|m| ArrayAttribute::try_from(m).ok());
+    let all_identity = maps.is_some_and(|maps| {
+        maps.len() == op.operand_count()
+            && (0..maps.len()).all(|i| maps.element(i).is_ok_and(|m| m.to_string() == identity))
+    });
+    rank >= 2
+        && parallel.iter().all(|&p| p)
+        && inner < SHORT_ROWS
+        && ranges.iter().product::<i64>() > inner
+        && all_identity
+        && plain_body(op)
+}
+
 fn plan(module: &Module, threads: i64) -> Vec<Planned> {
     let mut planned = Vec::new();
     let mut function = module.body().first_operation();
@@ -269,13 +313,14 @@ fn plan(module: &Module, threads: i64) -> Vec<Planned> {
                 && let Some((ranges, parallel)) = loops(&op, &name)
             {
                 let split = choose(&ranges, &parallel, min_work(&op), threads);
-                let transpose = (name == "linalg.generic")
-                    .then(|| transpose_tiles(&op, split))
-                    .flatten();
-                if split.is_some() || transpose.is_some() {
+                let generic = name == "linalg.generic";
+                let transpose = generic.then(|| transpose_tiles(&op, split)).flatten();
+                let flatten = generic && flattens(&op);
+                if split.is_some() || transpose.is_some() || flatten {
                     planned.push(Planned {
                         op: op.to_raw().ptr as usize,
                         split,
+                        flatten,
                         transpose,
                         fill_operand: fill_operand(&op),
                     });
@@ -335,6 +380,12 @@ pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<
                 );
             }
             op = format!("%t{id}");
+        }
+        if p.flatten {
+            let _ = writeln!(
+                body,
+                "    %l{id} = transform.structured.flatten_elementwise {op} : ({ANY}) -> {ANY}"
+            );
         }
         if let Some(tiles) = &p.transpose {
             // Square tiles, each read as sixteen rows, transposed by shuffles and written as
