@@ -78,17 +78,24 @@ class Linear(torch.nn.Module):
         return F.gelu(self.layer(x))
 
 
-def _compile_linear(dtype: torch.dtype, rows: int, dump_dir: pathlib.Path):
-    model = Linear(dtype).eval()
-    x = torch.randn(rows, 256, dtype=dtype)
+def _compile_module(model: torch.nn.Module, x: torch.Tensor, dtype, dump_dir: pathlib.Path):
+    """``model`` compiled by fxmlir (dumping into ``dump_dir``) and run eagerly on ``x``; checks
+    the results agree and returns the interchange document's nodes and the (shape, dtype) of
+    its hoisted inputs."""
     torch._dynamo.reset()
     with torch.no_grad(), fxmlir.config.patch(dump_dir=str(dump_dir)):
         actual = torch.compile(model, backend="fxmlir")(x)
         expected = model(x)
+    _close(actual, expected, dtype)
     (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
-    hoisted = {i["name"]: i["meta"]["dtype"] for i in document["inputs"]}
-    hoisted = {name: dtype for name, dtype in hoisted.items() if name.startswith("hoisted_")}
-    return actual, expected, hoisted
+    hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
+    return document["nodes"], sorted((m["shape"], m["dtype"]) for m in hoisted)
+
+
+def _compile_linear(dtype: torch.dtype, rows: int, dump_dir: pathlib.Path):
+    x = torch.randn(rows, 256, dtype=dtype)
+    _, hoisted = _compile_module(Linear(dtype).eval(), x, dtype, dump_dir)
+    return hoisted
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
@@ -96,9 +103,8 @@ def test_a_linear_layers_weight_is_widened_once(dtype, threads, tmp_path):
     """The kernel receives the transposed weight already in f32 (computed by the hoisted
     prologue), and the bias is added to the f32 product before the one rounding."""
     _skip_pairs(dtype)
-    actual, expected, hoisted = _compile_linear(dtype, 24, tmp_path)
-    _close(actual, expected, dtype)
-    assert list(hoisted.values()) == ["float32"], hoisted
+    hoisted = _compile_linear(dtype, 24, tmp_path)
+    assert hoisted == [([256, 160], "float32")], hoisted
     for types in _product_operands(tmp_path):
         assert re.fullmatch(r"tensor<24x256xf32>, tensor<256x160xf32>", types), types
 
@@ -109,9 +115,8 @@ def test_a_one_row_product_keeps_its_half_operands(dtype, tmp_path):
     _skip_pairs(dtype)
     short = str(dtype).removeprefix("torch.")
     mlir = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
-    actual, expected, hoisted = _compile_linear(dtype, 1, tmp_path)
-    _close(actual, expected, dtype)
-    assert list(hoisted.values()) == [short], hoisted
+    hoisted = _compile_linear(dtype, 1, tmp_path)
+    assert hoisted == [([256, 160], short)], hoisted
     for types in _product_operands(tmp_path):
         assert re.fullmatch(rf"tensor<1x256x{mlir}>, tensor<256x160x{mlir}>", types), types
 
@@ -132,17 +137,11 @@ class Experts(torch.nn.Module):
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
 def test_expert_matrices_are_widened_once(dtype, tmp_path):
     _skip_pairs(dtype)
-    model, x = Experts(dtype).eval(), torch.randn(48, 64, dtype=dtype)
-    torch._dynamo.reset()
-    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
-        actual = torch.compile(model, backend="fxmlir")(x)
-        expected = model(x)
-    _close(actual, expected, dtype)
-    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
-    grouped = [n for n in document["nodes"] if n["target"] == "aten._grouped_mm.default"]
+    x = torch.randn(48, 64, dtype=dtype)
+    nodes, hoisted = _compile_module(Experts(dtype).eval(), x, dtype, tmp_path)
+    grouped = [n for n in nodes if n["target"] == "aten._grouped_mm.default"]
     assert [n["outputs"][0]["dtype"] for n in grouped] == ["float32"], grouped
-    hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
-    assert [(m["shape"], m["dtype"]) for m in hoisted] == [([4, 64, 40], "float32")], hoisted
+    assert hoisted == [([4, 64, 40], "float32")], hoisted
 
 
 class Convolutions(torch.nn.Module):
@@ -163,17 +162,11 @@ def test_convolution_weights_are_widened_once(dtype, tmp_path):
     """Each weight and bias reaches the kernel in f32, computed once by the hoisted prologue,
     and the convolutions run on f32 operands."""
     _skip_pairs(dtype)
-    model, x = Convolutions(dtype).eval(), torch.randn(2, 8, 12, 12, dtype=dtype)
-    torch._dynamo.reset()
-    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
-        actual = torch.compile(model, backend="fxmlir")(x)
-        expected = model(x)
-    _close(actual, expected, dtype)
-    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
-    hoisted = [i["meta"] for i in document["inputs"] if i["name"].startswith("hoisted_")]
-    shapes = sorted((m["shape"], m["dtype"]) for m in hoisted)
-    assert shapes == [([16], "float32"), ([16, 1, 3, 3], "float32"), ([16, 8, 3, 3], "float32")]
-    convolutions = [n for n in document["nodes"] if n["target"] == "aten.convolution.default"]
+    x = torch.randn(2, 8, 12, 12, dtype=dtype)
+    nodes, hoisted = _compile_module(Convolutions(dtype).eval(), x, dtype, tmp_path)
+    wide = [([16], "float32"), ([16, 1, 3, 3], "float32"), ([16, 8, 3, 3], "float32")]
+    assert hoisted == wide, hoisted
+    convolutions = [n for n in nodes if n["target"] == "aten.convolution.default"]
     assert [n["outputs"][0]["dtype"] for n in convolutions] == ["float32", "float32"]
 
 
