@@ -327,7 +327,8 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         whole = None
         if config.hoist and not interchange.is_dynamic(gm):
             pairs.pack_weights(gm, static)
-            widen.widen_weights(gm, static)
+            if config.widen:
+                widen.widen_weights(gm, static)
             skew.skew_weights(gm, static)
             whole = hoist.hoist(gm, static, compile_whole)
         if whole is None:

@@ -52,6 +52,14 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_HOIST", "1") != "0"
     )
 
+    #: Keep an f32 copy of the half-precision weights whose products the kernel computes on
+    #: f32 operands (``fxmlir.widen``: f16 everywhere, bf16 without AVX512-BF16), made once
+    #: with the hoisted values. Off, the weights keep only their own size and the kernel widens
+    #: them on every call instead (``FXMLIR_WIDEN``; ``0`` turns it off).
+    widen: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_WIDEN", "1") != "0"
+    )
+
     #: Compile a whole graph's kernel on a thread of its own while Dynamo finishes (guards, the
     #: frame's bytecode) and the first call starts; the first call waits for it. A compile
     #: that fails there falls back to partitions as at compile time. Off with

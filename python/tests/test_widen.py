@@ -110,6 +110,18 @@ def test_a_linear_layers_weight_is_widened_once(dtype, threads, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
+def test_off_keeps_no_f32_copy_of_the_weight(dtype, tmp_path):
+    """``widen=False``: the hoisted weight keeps its half type; the kernel widens it per call."""
+    _skip_pairs(dtype)
+    with fxmlir.config.patch(widen=False):
+        hoisted = _compile_linear(dtype, 24, tmp_path)
+    short = str(dtype).removeprefix("torch.")
+    assert hoisted == [([256, 160], short)], hoisted
+    for types in _product_operands(tmp_path):
+        assert re.fullmatch(r"tensor<24x256xf32>, tensor<256x160xf32>", types), types
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
 def test_a_one_row_product_keeps_its_half_operands(dtype, tmp_path):
     """One row is bound by reading the weight, which widening would double."""
     _skip_pairs(dtype)
