@@ -265,7 +265,6 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
     )
 }
 
-/// The ops of every function's body (not nested in loops) to split or tile.
 /// Whether `op` is an all-parallel generic of plain arithmetic whose operands and result all
 /// use the identity map, over a static shape of rank 2 or more whose innermost extent is below
 /// [`SHORT_ROWS`] (with more than one row).
@@ -277,10 +276,7 @@ fn flattens(op: &OperationRef) -> bool {
     let Some(&inner) = ranges.last() else {
         return false;
     };
-    let identity = {
-        let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
-        format!("affine_map<({}) -> ({})>", dims.join(", "), dims.join(", "))
-    };
+    let identity = crate::lower::emit::identity_map(rank);
     let maps = op
         .attribute("indexing_maps")
         .ok()
@@ -297,6 +293,7 @@ fn flattens(op: &OperationRef) -> bool {
         && plain_body(op)
 }
 
+/// The ops of every function's body (not nested in loops) to split, tile or flatten.
 fn plan(module: &Module, threads: i64) -> Vec<Planned> {
     let mut planned = Vec::new();
     let mut function = module.body().first_operation();

@@ -660,8 +660,7 @@ pub(super) fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool
     }
     let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
     let rank = shape.len();
-    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
-    let identity = format!("affine_map<({}) -> ({})>", dims.join(", "), dims.join(", "));
+    let identity = crate::lower::emit::identity_map(rank);
     let maps = (0..maps.len())
         .map(|i| maps.element(i).map(|m| m.to_string()))
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -1149,9 +1148,10 @@ fn emit_pair_lanes(
 }
 
 /// Register tiles for a product without reduction blocks: tiles the product (or its fused
-/// elementwise consumer, pulling the product in), fuses the fill where it can, and tiles the
-/// `whole`: the part is the whole product (the fill and epilogue are its own). Returns the
-/// handles of the outermost loop and of the product's register tile.
+/// elementwise consumer, pulling the product in) and fuses the fill where it can; the caller
+/// packs the right operand and tiles the reduction. `whole`: the part is the whole product
+/// (the fill and epilogue are its own). Returns the handles of the outermost loop and of the
+/// product's register tile.
 fn emit_register_tiles(
     out: &mut String,
     contraction: usize,
