@@ -59,3 +59,19 @@ config.environment["RUST_BACKTRACE"] = "0"
 
 config.substitutions.append(("%fxmlir_bin", fxmlir_bin))
 config.substitutions.append(("%llvm_bin", llvm_bin))
+
+# The IR a test checks never depends on the machine running it: a test that checks a CPU's
+# lowering states it (`--target=skylake-avx512`), and every other compile is for a generic AVX2
+# CPU, whose code runs on every host CI uses.
+config.environment["FXMLIR_TARGET"] = "x86-64-v3"
+# The host's features, for the RUN lines that execute code compiled for AVX-512 or AVX512-BF16
+# (`%if avx512 %{ fxmlir run --target=x86-64-v4 ... %}`); the IR checks run everywhere.
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = cpuinfo.read().split()
+    if "avx512f" in flags:
+        config.available_features.add("avx512")
+    if "avx512_bf16" in flags:
+        config.available_features.add("avx512bf16")
+except OSError:
+    pass

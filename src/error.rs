@@ -57,6 +57,10 @@ pub enum Error {
     #[error("call error: {0}")]
     Call(String),
 
+    /// A target spec that does not parse, or code for a target this host cannot run.
+    #[error("{0}")]
+    Target(String),
+
     #[error("I/O error on {path}: {source}")]
     Io {
         path: String,

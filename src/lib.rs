@@ -2,7 +2,8 @@
 //!
 //! The path of one graph: [`graph`] (interchange JSON, validated) → [`lower`] (one registry of
 //! ATen lowerings to linalg on tensors) → [`pipeline`] (named MLIR pass pipelines, dumpable) →
-//! [`jit`] (LLVM IR, host O3, machine code) → [`runtime`] (zero-copy calls).
+//! [`jit`] (LLVM IR, O2 for the target, machine code) → [`runtime`] (zero-copy calls). The
+//! [`target`] (the CPU a compile is for) is an input to every layer, never read deep inside.
 
 pub mod context;
 pub mod error;
@@ -12,13 +13,15 @@ pub mod logging;
 pub mod lower;
 pub mod pipeline;
 pub mod runtime;
+pub mod target;
 
 #[cfg(feature = "python")]
 mod python;
 
 pub use error::{Error, Result};
 pub use graph::Graph;
-pub use runtime::{CompiledGraph, Options, compile};
+pub use runtime::{CompiledGraph, Options, build, compile};
+pub use target::Target;
 
 /// Every ATen overload with a registered lowering, and its family.
 pub fn supported_ops() -> Result<Vec<(&'static str, &'static str)>> {

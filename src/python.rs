@@ -4,9 +4,11 @@
 
 use crate::error::Error;
 use crate::runtime::{CompiledGraph, Options, dlpack};
+use crate::target::Target;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -50,6 +52,13 @@ create_exception!(
     "A compiled graph was called wrongly."
 );
 
+create_exception!(
+    _fxmlir,
+    TargetError,
+    FxmlirError,
+    "A target spec does not parse, or names a CPU whose code cannot run on this host."
+);
+
 fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e {
@@ -57,6 +66,7 @@ fn to_py(e: Error) -> PyErr {
         Error::UnsupportedOp(_) => UnsupportedOpError::new_err(message),
         Error::Lowering { .. } => LoweringError::new_err(message),
         Error::Call(_) => CallError::new_err(message),
+        Error::Target(_) => TargetError::new_err(message),
         _ => CompileError::new_err(message),
     }
 }
@@ -205,8 +215,8 @@ fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
 /// by `wait`. `Compilation.wait` gives the kernel.
 #[pyfunction]
 #[pyo3(signature = (
-    json, pipeline = "default", dump_dir = None, cache_dir = None, threads = 1, background = false,
-    low_priority = false
+    json, pipeline = "default", dump_dir = None, cache_dir = None, target = "host", threads = 1,
+    background = false, low_priority = false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
@@ -215,15 +225,18 @@ fn compile(
     pipeline: &str,
     dump_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    target: &str,
     threads: usize,
     background: bool,
     low_priority: bool,
 ) -> PyResult<Compilation> {
+    let target = parse_target(target, threads)?;
+    target.check_runs_here().map_err(to_py)?;
     let options = Options {
         pipeline: pipeline.to_string(),
         dump_dir,
         cache_dir,
-        threads,
+        target,
     };
     if !background {
         let compiled = py.detach(|| compile_document(&json, &options))?;
@@ -309,13 +322,16 @@ impl Compilation {
     }
 }
 
-/// Lowers an interchange document and returns the MLIR text (no passes run).
+/// Lowers an interchange document for the target `target` names and returns the MLIR text (no
+/// passes run).
 #[pyfunction]
-fn import_graph(json: String) -> PyResult<String> {
+#[pyo3(signature = (json, target = "host"))]
+fn import_graph(json: String, target: &str) -> PyResult<String> {
+    let target = parse_target(target, 1)?;
     guard(|| {
         let graph = crate::Graph::from_json(&json)?;
         let context = crate::context::new_context()?;
-        let module = crate::lower::lower_graph(&context, &graph)?;
+        let module = crate::lower::lower_graph(&context, &graph, &target)?;
         crate::pipeline::verify(&context, &module, &graph.name)?;
         Ok(crate::pipeline::print_module(&module))
     })
@@ -332,22 +348,52 @@ fn supported_ops() -> PyResult<Vec<(String, String)>> {
     })
 }
 
-/// Whether the schedule computes `fxmlir.mm_pairs` with this host's AVX512-BF16 dot product
-/// (elsewhere the product would stay a plain loop nest, so bf16 products are left as they are).
+/// The target a spec names (see `fxmlir.config.target`), with `threads` unless the spec says
+/// `threads=`.
+fn parse_target(spec: &str, threads: usize) -> PyResult<Target> {
+    Target::parse(spec)
+        .map(|t| t.with_default_threads(threads))
+        .map_err(to_py)
+}
+
+/// What fxmlir knows of the target a spec names: `spec` (complete: it reads back as the same
+/// target), `summary`, `cpu`, `features` (the instruction-set features fxmlir decides by),
+/// `vector_bytes`, `registers`, `l2_bytes`, `threads`, `bf16_dot` (whether the schedule
+/// computes `fxmlir.mm_pairs` with AVX512-BF16's dot product; elsewhere bf16 products are left
+/// as they are), and `runs_here`: `None` if its code runs on this host, else why not.
 #[pyfunction]
-fn bf16_dot() -> bool {
-    crate::pipeline::schedule::Target::host().bf16_dot
+#[pyo3(signature = (spec = "host", threads = 1))]
+fn target_info(py: Python<'_>, spec: &str, threads: usize) -> PyResult<Py<PyDict>> {
+    let target = parse_target(spec, threads)?;
+    let info = PyDict::new(py);
+    info.set_item("spec", target.describe())?;
+    info.set_item("summary", target.summary())?;
+    info.set_item("cpu", &target.cpu)?;
+    info.set_item("features", target.features())?;
+    info.set_item("vector_bytes", target.vector_bytes())?;
+    info.set_item("registers", target.registers())?;
+    info.set_item("l2_bytes", target.l2_bytes)?;
+    info.set_item("threads", target.threads)?;
+    info.set_item("bf16_dot", target.bf16_dot())?;
+    info.set_item(
+        "runs_here",
+        target.check_runs_here().err().map(|e| e.to_string()),
+    )?;
+    Ok(info.unbind())
 }
 
 /// Whether the kernel multiplies f32 copies of the operands of a product of `rows` rows of
-/// `dtype` (a torch dtype's name without `torch.`) on this host: `fxmlir.widen` widens
-/// weight-only operands of such products before hoisting, so that they are widened once.
+/// `dtype` (a torch dtype's name without `torch.`) on the target `spec` names: `fxmlir.widen`
+/// widens weight-only operands of such products before hoisting, so that they are widened
+/// once.
 #[pyfunction]
-fn widened_product(dtype: &str, rows: i64) -> bool {
-    crate::graph::DType::ALL
+#[pyo3(signature = (dtype, rows, target = "host"))]
+fn widened_product(dtype: &str, rows: i64, target: &str) -> PyResult<bool> {
+    let target = parse_target(target, 1)?;
+    Ok(crate::graph::DType::ALL
         .into_iter()
         .find(|d| d.name() == dtype)
-        .is_some_and(|d| crate::lower::widened(d, rows))
+        .is_some_and(|d| crate::lower::widened(&target, d, rows)))
 }
 
 /// Names of the registered pipelines.
@@ -369,6 +415,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LoweringError", py.get_type::<LoweringError>())?;
     m.add("CompileError", py.get_type::<CompileError>())?;
     m.add("CallError", py.get_type::<CallError>())?;
+    m.add("TargetError", py.get_type::<TargetError>())?;
     m.add("INTERCHANGE_VERSION", crate::graph::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Kernel>()?;
@@ -377,7 +424,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
-    m.add_function(wrap_pyfunction!(bf16_dot, m)?)?;
+    m.add_function(wrap_pyfunction!(target_info, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     Ok(())
 }

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use fxmlir::graph::{Arg, DType, Graph, Source};
 use fxmlir::runtime::{Source as KernelSource, cache};
-use fxmlir::{Options, compile};
+use fxmlir::{Options, Target, compile};
 use std::path::PathBuf;
 
 /// A fresh directory under the system temp directory, removed on drop.
@@ -59,7 +59,7 @@ fn renamed_broadcast_add(alpha: i64) -> Graph {
 
 #[test]
 fn key_ignores_names_and_source_lines() {
-    let options = Options::default();
+    let options = Options::new(Target::host().unwrap());
     assert_eq!(
         key(&broadcast_add("a", 2), &options),
         key(&renamed_broadcast_add(2), &options)
@@ -68,7 +68,7 @@ fn key_ignores_names_and_source_lines() {
 
 #[test]
 fn key_follows_structure_options_and_toolchain() {
-    let options = Options::default();
+    let options = Options::new(Target::host().unwrap());
     let base = key(&broadcast_add("a", 2), &options);
     assert_ne!(base, key(&broadcast_add("a", 3), &options), "an argument");
     assert_ne!(
@@ -78,18 +78,30 @@ fn key_follows_structure_options_and_toolchain() {
     );
     let to_llvm = Options {
         pipeline: "to-llvm".into(),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     assert_ne!(base, key(&broadcast_add("a", 2), &to_llvm), "the pipeline");
-    let threaded = Options {
-        threads: 4,
-        ..Options::default()
-    };
+    let threaded = Options::new(Target::host().unwrap().with_threads(4));
     assert_ne!(base, key(&broadcast_add("a", 2), &threaded), "the threads");
+    let without_avx512 = Options::new(Target::parse("host,-avx512f").unwrap());
+    assert_ne!(
+        base,
+        key(&broadcast_add("a", 2), &without_avx512),
+        "the target's features"
+    );
+    let smaller_l2 = Options::new(Target::parse("x86-64-v3,l2=256K").unwrap());
+    assert_ne!(
+        key(
+            &broadcast_add("a", 2),
+            &Options::new(Target::parse("x86-64-v3").unwrap())
+        ),
+        key(&broadcast_add("a", 2), &smaller_l2),
+        "the target's cache"
+    );
     let elsewhere = Options {
         dump_dir: Some("dumps".into()),
         cache_dir: Some("cache".into()),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     assert_eq!(
         base,
@@ -97,7 +109,6 @@ fn key_follows_structure_options_and_toolchain() {
         "where dumps and entries go does not change the code"
     );
 
-    let host = fxmlir::jit::host().unwrap();
     let lines: Vec<&str> = base.text.lines().collect();
     assert_eq!(lines[0], "fxmlir-kernel 2");
     assert!(lines[1].starts_with(concat!("fxmlir ", env!("CARGO_PKG_VERSION"), " ")));
@@ -107,13 +118,7 @@ fn key_follows_structure_options_and_toolchain() {
     assert!(lines[4].starts_with("llvm 22."));
     assert_eq!(
         lines[5],
-        format!(
-            "host {} {} {} l2 {}",
-            host.triple,
-            host.cpu,
-            host.features,
-            host.l2_bytes.expect("sysfs describes the level-2 cache")
-        )
+        format!("target {}", Target::host().unwrap().fingerprint())
     );
     assert_eq!(base.digest.len(), 64);
 }
@@ -124,7 +129,7 @@ fn stored_entry_loads_and_runs() {
     let g = unary("stored", "aten.abs.default", &[5], &[5]);
     let options = Options {
         cache_dir: Some(dir.0.clone()),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     let compiled = compile(&g, None, &options).unwrap();
     assert_eq!(compiled.source, KernelSource::Compiled);
@@ -161,7 +166,7 @@ fn damaged_entry_is_reported_not_loaded() {
     let g = unary("damaged", "aten.floor.default", &[3], &[3]);
     let options = Options {
         cache_dir: Some(dir.0.clone()),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     compile(&g, None, &options).unwrap();
     let k = key(&g, &options);
@@ -188,7 +193,7 @@ fn unwritable_cache_dir_is_reported_once() {
     std::fs::write(&blocker, "not a directory").unwrap();
     let options = Options {
         cache_dir: Some(blocker.clone()),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     let first = compile(
         &unary("w1", "aten.ceil.default", &[4], &[4]),

@@ -5,10 +5,10 @@ mod common;
 
 use common::*;
 use fxmlir::graph::{Arg, DType, Source};
-use fxmlir::{Error, Options, compile};
+use fxmlir::{Error, Options, Target, compile};
 
 fn run(g: &fxmlir::Graph, buffers: &mut [&mut [f32]]) {
-    let compiled = compile(g, None, &Options::default()).expect("compiles");
+    let compiled = compile(g, None, &Options::new(Target::host().unwrap())).expect("compiles");
     let pointers: Vec<usize> = buffers
         .iter_mut()
         .map(|b| b.as_mut_ptr() as usize)
@@ -75,7 +75,7 @@ fn matmul_and_strided_output() {
 #[test]
 fn call_checks_the_buffer_count() {
     let g = unary("count", "aten.neg.default", &[2], &[2]);
-    let compiled = compile(&g, None, &Options::default()).unwrap();
+    let compiled = compile(&g, None, &Options::new(Target::host().unwrap())).unwrap();
     // SAFETY: the call is rejected before any pointer is used.
     let err = unsafe { compiled.call(&[0]) }.unwrap_err();
     assert!(err.to_string().contains("takes 2 buffers"), "{err}");
@@ -100,7 +100,7 @@ fn unsupported_op_names_node_and_source() {
         vec![n],
         &["fft"],
     );
-    let err = compile(&g, None, &Options::default())
+    let err = compile(&g, None, &Options::new(Target::host().unwrap()))
         .err()
         .expect("must fail");
     assert!(matches!(err, Error::UnsupportedOp(_)));
@@ -123,7 +123,7 @@ fn lowering_errors_name_the_node() {
         )],
         &["permute"],
     );
-    let err = compile(&g, None, &Options::default())
+    let err = compile(&g, None, &Options::new(Target::host().unwrap()))
         .err()
         .expect("must fail")
         .to_string();
@@ -137,7 +137,7 @@ fn lowering_errors_name_the_node() {
 fn wrong_recorded_output_type_is_caught() {
     let g = unary("badmeta", "aten.neg.default", &[2], &[3]);
     // The verifier rejects the mismatched loop bounds and points at the node.
-    let err = compile(&g, None, &Options::default())
+    let err = compile(&g, None, &Options::new(Target::host().unwrap()))
         .err()
         .expect("must fail")
         .to_string();
@@ -150,7 +150,7 @@ fn dumps_every_stage() {
     let g = unary("dumped", "aten.exp.default", &[4], &[4]);
     let options = Options {
         dump_dir: Some(dir.clone()),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     let compiled = compile(&g, Some("{}"), &options).unwrap();
     for suffix in [
@@ -183,7 +183,7 @@ fn unknown_pipeline_is_an_error() {
     let g = unary("pipe", "aten.exp.default", &[4], &[4]);
     let options = Options {
         pipeline: "warp-speed".into(),
-        ..Options::default()
+        ..Options::new(Target::host().unwrap())
     };
     let err = compile(&g, None, &options)
         .err()
@@ -263,8 +263,7 @@ fn a_kernel_compiled_in_parts_matches_the_reference() {
     for threads in [2, 1] {
         let options = Options {
             dump_dir: Some(dir.clone()),
-            threads,
-            ..Options::default()
+            ..Options::new(Target::host().unwrap().with_threads(threads))
         };
         let compiled = compile(&g, None, &options).expect("compiles");
         let ir = std::fs::read_to_string(dir.join("parts.ll")).unwrap();

@@ -1,7 +1,6 @@
-// RUN: fxmlir-opt --pipeline schedule --split-input-file %s \
+// RUN: fxmlir-opt --target=skylake-avx512 --pipeline schedule --split-input-file %s \
 // RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
-// RUN: fxmlir-opt --pipeline default --split-input-file %s | FileCheck %s --check-prefix=BUFFERS
-// REQUIRES: avx512
+// RUN: fxmlir-opt --target=skylake-avx512 --pipeline default --split-input-file %s | FileCheck %s --check-prefix=BUFFERS
 
 // Elementwise chains after a product (src/pipeline/chains.rs), folded before the schedule into
 // the one epilogue it fuses into the product's tile loop, also across the reshapes a `view`

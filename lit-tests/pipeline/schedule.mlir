@@ -1,26 +1,35 @@
-// RUN: fxmlir-opt --pipeline schedule --split-input-file %s \
+// RUN: fxmlir-opt --target=skylake-avx512 --pipeline schedule --split-input-file %s \
 // RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
-// REQUIRES: avx512
+// RUN: fxmlir-opt --target=znver3 --pipeline schedule --split-input-file %s \
+// RUN:   | FileCheck %s --check-prefix=AVX2
 
 // The schedule stage on linalg on tensors as the fusion stage leaves it: Rust picks tile sizes
-// from the static shapes (dividing every dimension, for AVX-512), appends a transform script,
-// `transform-interpreter` tiles and vectorises each f32/f64 matmul and batch_matmul, and the
-// script and its tags are erased afterwards (no `transform.` or `fxmlir.` remains).
+// from the static shapes (dividing every dimension) for the target's vector unit and level-2
+// cache, appends a transform script, `transform-interpreter` tiles and vectorises each f32/f64
+// matmul and batch_matmul, and the script and its tags are erased afterwards (no `transform.`
+// or `fxmlir.` remains). CHECK lines are for Skylake-SP (32 zmm registers, 1 MiB of L2), AVX2
+// lines for Zen 3 (16 ymm registers, 512 KiB of L2).
 
 // A product with a bias+ReLU consumer: 8x32 register tiles (16 zmm accumulators) carried by
 // the reduction loop in vector registers, 4 steps of k per iteration; the epilogue is tiled
 // with the product, so the product never reaches memory; the fill folds into the zero init.
+// The right operand (512 KiB, half of L2) is not blocked, but 256 rows read it 32 times: it
+// is first copied into 8 contiguous panels of 512 x 32 (one per column tile), 8 rows at a time.
 // CHECK-LABEL: func.func @addmm_relu(
 // CHECK-DAG:     %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8x32xf32>
 // CHECK-DAG:     %[[C4:.*]] = arith.constant 4 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK-NOT:     linalg.
+// CHECK:         %[[PANELS:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]] iter_args(%{{.*}} = %{{.*}}) -> (tensor<8x512x32xf32>)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]] iter_args(%{{.*}} = %{{.*}}) -> (tensor<512x32xf32>)
+// CHECK:             tensor.extract_slice {{.*}} : tensor<512x32xf32> to tensor<8x32xf32>
 // CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]] iter_args
 // CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]] iter_args(%[[OUT:.*]] = %{{.*}})
+// CHECK:             %[[PANEL:.*]] = affine.apply #{{.*}}(%[[J]])
 // CHECK:             %[[ACC:.*]] = scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %[[C4]] iter_args(%[[A:.*]] = %[[ZERO]]) -> (vector<8x32xf32>)
 // CHECK:               %[[L:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[K]]]{{.*}} : tensor<256x512xf32>, vector<8x4xf32>
-// CHECK:               %[[R:.*]] = vector.transfer_read %{{.*}}[%[[K]], %[[J]]]{{.*}} : tensor<512x256xf32>, vector<4x32xf32>
+// CHECK:               %[[R:.*]] = vector.transfer_read %[[PANELS]][%[[PANEL]], %[[K]], %{{.*}}]{{.*}} : tensor<8x512x32xf32>, vector<4x32xf32>
 // CHECK:               %[[P:.*]] = vector.contract {{.*}} %[[L]], %[[R]], %[[A]] : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
 // CHECK:               scf.yield %[[P]] : vector<8x32xf32>
 // CHECK:             %[[BIAS:.*]] = vector.transfer_read {{.*}} : tensor<256xf32>, vector<8x32xf32>
@@ -29,6 +38,11 @@
 // CHECK:             vector.transfer_write %[[RELU]], %[[OUT]][%[[I]], %[[J]]] {{.*}} : vector<8x32xf32>, tensor<256x256xf32>
 // CHECK-NOT:     linalg.
 // CHECK:         bufferization.materialize_in_destination
+// With half of Zen 3's L2 (256 KiB) the same right operand is blocked, packed into panels of
+// 256 x 16, and register tiles are 4x16 (8 ymm accumulators).
+// AVX2-LABEL: func.func @addmm_relu(
+// AVX2:         scf.for {{.*}} -> (tensor<16x256x16xf32>)
+// AVX2:         vector.contract {{.*}} : vector<4x4xf32>, vector<4x16xf32> into vector<4x16xf32>
 func.func @addmm_relu(%arg0: memref<256x512xf32>, %arg1: memref<512x256xf32>, %arg2: memref<256xf32>, %arg3: memref<256x256xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32
   %0 = bufferization.to_tensor %arg0 restrict : memref<256x512xf32> to tensor<256x512xf32>
@@ -49,23 +63,28 @@ func.func @addmm_relu(%arg0: memref<256x512xf32>, %arg1: memref<512x256xf32>, %a
 
 // -----
 
-// 1024^3: the right operand (4 MiB) exceeds L2, so it is walked in 128 x 512 blocks (256 KiB)
-// outside the register tiles; the accumulator is loaded from and stored to the output per
-// block, which the whole-tensor fill zeroes first.
+// 1024^3: the right operand (4 MiB) exceeds L2, so it is walked in blocks of 256 rows (the
+// depth that fits) by 512 columns (512 KiB, half of L2) outside the register tiles. Each block
+// is packed into 16 panels of 256 x 32 before its tiles read it; the accumulator is loaded from
+// and stored to the output per block, which the whole-tensor fill zeroes first.
 // CHECK-LABEL: func.func @mm_blocked(
 // CHECK-DAG:     %[[C512:.*]] = arith.constant 512 : index
-// CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG:     %[[C256:.*]] = arith.constant 256 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK:         %[[FILL:.*]] = linalg.fill
 // CHECK:         scf.for %[[NB:.*]] = %{{.*}} to %{{.*}} step %[[C512]] iter_args(%{{.*}} = %[[FILL]])
-// CHECK:         scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %[[C128]]
-// CHECK:           scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]]
-// CHECK:             scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]]
-// CHECK:               %[[INIT:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[J]]]{{.*}} : tensor<1024x512xf32>, vector<8x32xf32>
-// CHECK:               %[[ACC:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (vector<8x32xf32>)
-// CHECK:                 vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
-// CHECK:               vector.transfer_write %[[ACC]], %{{.*}}[%[[I]], %[[J]]]
+// CHECK:           scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %[[C256]]
+// CHECK:             %[[PANELS:.*]] = scf.for {{.*}} step %[[C32]] {{.*}} -> (tensor<16x256x32xf32>)
+// CHECK:               vector.transfer_read {{.*}} : tensor<1024x1024xf32>, vector<8x32xf32>
+// CHECK:               vector.transfer_write {{.*}} : vector<8x32xf32>, tensor<256x32xf32>
+// CHECK:             scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %[[C8]]
+// CHECK:               scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %[[C32]]
+// CHECK:                 %[[INIT:.*]] = vector.transfer_read %{{.*}}[%[[I]], %[[J]]]{{.*}} : tensor<1024x512xf32>, vector<8x32xf32>
+// CHECK:                 %[[ACC:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[INIT]]) -> (vector<8x32xf32>)
+// CHECK:                   vector.transfer_read %[[PANELS]]{{.*}} : tensor<16x256x32xf32>, vector<4x32xf32>
+// CHECK:                   vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:                 vector.transfer_write %[[ACC]], %{{.*}}[%[[I]], %[[J]]]
 // CHECK-NOT:     linalg.matmul
 func.func @mm_blocked(%arg0: memref<1024x1024xf32>, %arg1: memref<1024x1024xf32>, %arg2: memref<1024x1024xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32
@@ -80,18 +99,19 @@ func.func @mm_blocked(%arg0: memref<1024x1024xf32>, %arg1: memref<1024x1024xf32>
 
 // -----
 
-// 64 rows: the left block (64 x 128) stays in cache while columns vary, so column tiles go
-// outermost inside the blocks.
+// 64 rows: the left block (64 x 256, 64 KiB) stays in cache while columns vary, so column
+// tiles go outermost inside the blocks (256 deep, 512 wide, packed like @mm_blocked's).
 // CHECK-LABEL: func.func @mm_wide(
 // CHECK-DAG:     %[[C512:.*]] = arith.constant 512 : index
-// CHECK-DAG:     %[[C128:.*]] = arith.constant 128 : index
+// CHECK-DAG:     %[[C256:.*]] = arith.constant 256 : index
 // CHECK-DAG:     %[[C8:.*]] = arith.constant 8 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C512]]
-// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C128]]
-// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]]
-// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]]
-// CHECK:               vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C256]]
+// CHECK:             scf.for {{.*}} -> (tensor<16x256x32xf32>)
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C32]]
+// CHECK:               scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C8]]
+// CHECK:                 vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
 // CHECK-NOT:     linalg.matmul
 func.func @mm_wide(%arg0: memref<64x4096xf32>, %arg1: memref<4096x1024xf32>, %arg2: memref<64x1024xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32
@@ -106,10 +126,12 @@ func.func @mm_wide(%arg0: memref<64x4096xf32>, %arg1: memref<4096x1024xf32>, %ar
 
 // -----
 
-// f64: two zmm of 8 lanes per row.
+// f64: two zmm of 8 lanes per row; on AVX2 two ymm of 4 lanes, 4 rows.
 // CHECK-LABEL: func.func @mm_f64(
 // CHECK:         vector.contract {{.*}} : vector<8x4xf64>, vector<4x16xf64> into vector<8x16xf64>
 // CHECK-NOT:     linalg.
+// AVX2-LABEL: func.func @mm_f64(
+// AVX2:         vector.contract {{.*}} : vector<4x4xf64>, vector<4x8xf64> into vector<4x8xf64>
 func.func @mm_f64(%arg0: memref<24x40xf64>, %arg1: memref<40x48xf64>, %arg2: memref<24x48xf64>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f64
   %0 = bufferization.to_tensor %arg0 restrict : memref<24x40xf64> to tensor<24x40xf64>

@@ -1,6 +1,5 @@
-// RUN: fxmlir-opt --pipeline loops --split-input-file %s | FileCheck %s --enable-var-scope
-// RUN: fxmlir-opt --pipeline to-llvm --split-input-file %s | FileCheck %s --check-prefix=LLVM
-// REQUIRES: avx512
+// RUN: fxmlir-opt --target=skylake-avx512 --pipeline loops --split-input-file %s | FileCheck %s --enable-var-scope
+// RUN: fxmlir-opt --target=skylake-avx512 --pipeline to-llvm --split-input-file %s | FileCheck %s --check-prefix=LLVM
 
 // The loops stage's last step (`pipeline::vmath`): math on vectors calls libmvec's vector
 // functions, the widest variant (AVX-512's here) whose lanes divide a row, slice by slice;

@@ -18,11 +18,13 @@ from ._fxmlir import (
     FxmlirError,
     GraphError,
     LoweringError,
+    TargetError,
     UnsupportedOpError,
     __version__,
 )
 from ._fxmlir import pipelines as _pipelines
 from ._fxmlir import supported_ops as _supported_ops
+from ._fxmlir import target_info as _target_info
 from .backend import compile_graph, fxmlir_backend
 from .config import config
 from .explain import ExplainReport, explain
@@ -34,6 +36,7 @@ __all__ = [
     "FxmlirError",
     "GraphError",
     "LoweringError",
+    "TargetError",
     "UnsupportedOpError",
     "__version__",
     "compile_graph",
@@ -42,7 +45,19 @@ __all__ = [
     "fxmlir_backend",
     "pipelines",
     "supported_ops",
+    "target_info",
 ]
+
+
+def target_info(spec: str | None = None) -> dict:
+    """What fxmlir makes of a target spec (default: ``config.target``) with torch's thread
+    count: its complete ``spec``, a readable ``summary``, LLVM's ``cpu``, the ``features`` it
+    decides by, ``vector_bytes``, ``registers``, ``l2_bytes``, ``threads``, ``bf16_dot``, and
+    ``runs_here`` (``None`` if this host runs its code, else why not). Raises ``TargetError``
+    for a spec that does not parse."""
+    import torch
+
+    return _target_info(config.target if spec is None else spec, torch.get_num_threads())
 
 
 def supported_ops() -> dict[str, str]:

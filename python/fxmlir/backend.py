@@ -66,6 +66,10 @@ class CompileRecord:
     #: skipped (the kernel is correct but slower), compile cache trouble.
     warnings: tuple[str, ...] = ()
 
+    #: The complete spec of the target the kernel was compiled for (``"znver4,l2=1M,threads=2"``;
+    #: see ``config.target``).
+    target: str = ""
+
     @property
     def cached(self) -> bool:
         """No compile happened: the kernel came from memory or from disk."""
@@ -121,12 +125,16 @@ class GraphCompiler:
         pipeline: str,
         dump_dir: str | None,
         cache_dir: str | None,
+        target: str = "host",
         background: bool = False,
     ):
         self.gm = gm
         self.pipeline = pipeline
         self.dump_dir = dump_dir
         self.cache_dir = cache_dir
+        self.target = target
+        #: The complete spec of the target of the last compile started (see ``_start``).
+        self.target_spec = 
         self.name = _next_name()
         self.dynamic = interchange.is_dynamic(gm)
         self.specialized: dict[tuple, runtime.CompiledGraph] = {}
@@ -156,8 +164,16 @@ class GraphCompiler:
     ) -> Callable[[], tuple[runtime.CompiledGraph, str]]:
         # The thread count is read here: with OpenMP it is a setting of the calling thread.
         threads = torch.get_num_threads()
+        self.target_spec = _fxmlir.target_info(self.target, threads)["spec"]
         return runtime.build(
-            plan, self.pipeline, self.dump_dir, self.cache_dir, threads, background, low_priority
+            plan,
+            self.pipeline,
+            self.dump_dir,
+            self.cache_dir,
+            self.target,
+            threads,
+            background,
+            low_priority,
         )
 
     def ready(self) -> None:
@@ -197,6 +213,7 @@ class GraphCompiler:
                 background=background,
                 waited_ms=waited_ms,
                 warnings=tuple(kernel.warnings) if kernel and source != "memory" else (),
+                target=self.target_spec,
             )
         )
         return compiled
@@ -301,11 +318,15 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     strict = config.check_fallback() == "error"
     supported = supported_ops()
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
+    target = config.target
     background = config.background and not strict
 
     def partitioned() -> Callable:
         split = partition.partition_and_compile(
-            gm, supported, lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir), strict
+            gm,
+            supported,
+            lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir, target),
+            strict,
         )
 
         def run(args: list[Any]) -> Any:
@@ -319,16 +340,16 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     compilers: list[GraphCompiler] = []
 
     def compile_whole(main: torch.fx.GraphModule) -> GraphCompiler:
-        compiler = GraphCompiler(main, pipeline, dump_dir, cache_dir, background)
+        compiler = GraphCompiler(main, pipeline, dump_dir, cache_dir, target, background)
         compilers.append(compiler)
         return compiler
 
     try:
         whole = None
         if config.hoist and not interchange.is_dynamic(gm):
-            pairs.pack_weights(gm, static)
+            pairs.pack_weights(gm, static, target)
             if config.widen:
-                widen.widen_weights(gm, static)
+                widen.widen_weights(gm, static, target)
             skew.skew_weights(gm, static)
             whole = hoist.hoist(gm, static, compile_whole)
         if whole is None:

@@ -38,6 +38,16 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_PIPELINE", "default")
     )
 
+    #: The CPU kernels are compiled for (``FXMLIR_TARGET``; default ``"host"``, this machine):
+    #: a named CPU (``"znver4"``, ``"skylake-avx512"``, ``"x86-64-v3"``) or ``"host"``, each
+    #: optionally followed by changes: ``"host,-avx512bf16"``, ``"x86-64-v4,+avx512bf16,l2=1M"``,
+    #: ``"znver4,threads=2"`` (else torch's intra-op thread count). The kernels must run here:
+    #: a target whose code this host cannot run raises ``TargetError`` at compile time.
+    #: :func:`fxmlir.target_info` tells what a spec means.
+    target: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_TARGET") or "host"
+    )
+
     #: What happens to ops fxmlir cannot compile: ``"eager"`` runs them in PyTorch between
     #: compiled partitions, ``"error"`` raises ``UnsupportedOpError`` naming them
     #: (``FXMLIR_FALLBACK``).

@@ -28,6 +28,8 @@ class ExplainReport:
 
     def __str__(self) -> str:
         lines = [f"fxmlir compiled {len(self.graphs)} graph(s):"]
+        targets = sorted({g.target for g in self.graphs if g.target})
+        lines += [f"  for target {t}" for t in targets]
         for g in self.graphs:
             how = {
                 "memory": "reused an identical kernel",

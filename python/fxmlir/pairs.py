@@ -181,10 +181,11 @@ def weight_products(
     return [(node, *ops) for node, ops in found if ops is not None and ops[1] in weights]
 
 
-def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
+def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int], target: str = "host") -> int:
     """Rewrites the bf16 products and convolutions of ``gm`` whose weight is computed from the
-    inputs at positions ``static`` alone (see the module docs); returns how many."""
-    if not _fxmlir.bf16_dot():
+    inputs at positions ``static`` alone (see the module docs), where the CPU ``target`` names
+    has AVX512-BF16's dot product; returns how many."""
+    if not _fxmlir.target_info(target)["bf16_dot"]:
         return 0
     weights = hoist.Split(gm, static).static_nodes
     rewritten = _pack_products(gm, weights) + _pack_convolutions(gm, weights)

@@ -208,12 +208,14 @@ def build(
     pipeline: str,
     dump_dir: str | None,
     cache_dir: str | None,
+    target: str,
     threads: int,
     background: bool = False,
     low_priority: bool = False,
 ) -> Callable[[], tuple[CompiledGraph, str]]:
-    """Starts the compile of an exported plan (unless it needs no kernel) whose large loops
-    split into ``threads`` chunks (torch's intra-op thread count). Returns a function giving
+    """Starts the compile of an exported plan (unless it needs no kernel) for the CPU
+    ``target`` names (see ``config.target``), whose large loops split into ``threads`` chunks
+    (torch's intra-op thread count) unless the target says ``threads=``. Returns a function giving
     the graph wrapped for calling and where its kernel came from: ``"compiled"``,
     ``"memory"`` (an identical graph compiled earlier in this process) or ``"disk"`` (the
     compile cache under ``cache_dir``). The compile runs before this returns, or with
@@ -226,7 +228,7 @@ def build(
     # Compact unless it is dumped: the text is serialised even when the kernel is reused.
     text = plan.to_json(indent=1 if dump_dir else None)
     job = _fxmlir.compile(
-        text, pipeline, dump_dir, cache_dir or None, threads, background, low_priority
+        text, pipeline, dump_dir, cache_dir or None, target, threads, background, low_priority
     )
     if not background:
         return functools.partial(_wrap, plan, job.wait())

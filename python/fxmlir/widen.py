@@ -110,26 +110,26 @@ def _convolutions(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> Iter
         )
 
 
-def _widens(rewrite: Rewrite) -> bool:
+def _widens(rewrite: Rewrite, target: str) -> bool:
     vals = [fake_val(x) for x in rewrite.operands]
     if any(v is None or v.dtype != vals[0].dtype for v in vals):
         return False
     dtype = str(vals[0].dtype).removeprefix("torch.")
     rows = rewrite.rows
-    return isinstance(rows, int) and _fxmlir.widened_product(dtype, rows)
+    return isinstance(rows, int) and _fxmlir.widened_product(dtype, rows, target)
 
 
-def widen_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
+def widen_weights(gm: torch.fx.GraphModule, static: frozenset[int], target: str = "host") -> int:
     """Widens the weight-only operands of ``gm``'s half-precision products (grouped ones and
-    convolutions included) whose kernel would widen them on every call (see the module docs);
-    returns how many products were rewritten."""
+    convolutions included) whose kernel for the CPU ``target`` names would widen them on every
+    call (see the module docs); returns how many products were rewritten."""
     graph = gm.graph
     weights = hoist.Split(gm, static).static_nodes
     rewrites = [
         r
         for found in (_products, _grouped, _convolutions)
         for r in list(found(gm, weights))
-        if _widens(r)
+        if _widens(r, target)
     ]
     # In graph order, so that an operand two products share (a weight used twice) is widened
     # once, before the first.

@@ -4,7 +4,7 @@
 
 use anyhow::{Context as _, Result, anyhow};
 use clap::Parser;
-use fxmlir::pipeline;
+use fxmlir::{Target, pipeline};
 use melior::ir::Module;
 use std::io::Read;
 use std::path::PathBuf;
@@ -34,9 +34,16 @@ struct Cli {
     /// List the named pipelines and exit.
     #[arg(long)]
     list_pipelines: bool,
-    /// Threads the `parallel` stage splits large ops across.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// The CPU to compile for: `host`, a named CPU (`znver4`, `skylake-avx512`, `x86-64-v3`)
+    /// or either with changes (`host,-avx512bf16`, `x86-64-v4,+avx512bf16,l2=1M`). Default:
+    /// the target a module records (`fxmlir.target`, as every dump does), else
+    /// `FXMLIR_TARGET`, else the host.
+    #[arg(long)]
+    target: Option<String>,
+    /// Threads the `parallel` stage splits large ops across (unless the target says
+    /// `threads=`).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -88,6 +95,20 @@ fn run(cli: Cli) -> Result<bool> {
     Ok(ok)
 }
 
+/// The target `--target` names, else the one `module` records, else `FXMLIR_TARGET`, else
+/// the host; with `--threads`.
+fn target(cli: &Cli, module: Option<&Module>) -> Result<Target> {
+    let recorded = module.and_then(fxmlir::lower::recorded_target);
+    let target = match cli.target.as_deref().or(recorded.as_deref()) {
+        Some(spec) => Target::parse(spec)?,
+        None => Target::from_env()?,
+    };
+    Ok(match cli.threads {
+        Some(n) => target.with_threads(n),
+        None => target,
+    })
+}
+
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context()?;
     let mut module = if cli.import {
@@ -105,7 +126,7 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             .collect::<Vec<_>>()
             .join("\n");
         let graph = fxmlir::Graph::from_json(&json)?;
-        let module = fxmlir::lower::lower_graph(&context, &graph)?;
+        let module = fxmlir::lower::lower_graph(&context, &graph, &target(cli, None)?)?;
         pipeline::verify(&context, &module, &graph.name)?;
         module
     } else {
@@ -114,13 +135,14 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             .ok_or_else(|| anyhow!("cannot parse the input:\n{}", diagnostics.take()))?
     };
     if let Some(name) = &cli.pipeline {
+        let target = target(cli, Some(&module))?;
         let ran = pipeline::run_stages(
             &context,
             &mut module,
             pipeline::named(name)?,
             None,
             1,
-            cli.threads,
+            &target,
         )?;
         for message in &ran.skipped {
             eprintln!("fxmlir-opt: warning: {message}");

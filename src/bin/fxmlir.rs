@@ -20,8 +20,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the MLIR (linalg on tensors) of a graph file.
-    Import { file: PathBuf },
-    /// Compile a graph file and print per-stage timings.
+    Import {
+        file: PathBuf,
+        /// The CPU to lower for (see `compile --target`).
+        #[arg(long)]
+        target: Option<String>,
+    },
+    /// Compile a graph file and print per-stage timings. For a target this host cannot run,
+    /// the machine code is emitted (and dumped) but not loaded.
     Compile {
         file: PathBuf,
         #[command(flatten)]
@@ -55,14 +61,19 @@ struct CompileArgs {
     /// default, so that the timings are a compile's; an empty value turns it off).
     #[arg(long, env = "FXMLIR_CACHE_DIR")]
     cache_dir: Option<std::ffi::OsString>,
-    /// Threads the kernel splits its large loops across.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// The CPU to compile for: `host`, a named CPU (`znver4`, `skylake-avx512`, `x86-64-v3`)
+    /// or either with changes (`host,-avx512bf16`, `x86-64-v4,+avx512bf16,l2=1M`). Default:
+    /// `FXMLIR_TARGET`, else the host.
+    #[arg(long)]
+    target: Option<String>,
+    /// Threads the kernel splits its large loops across (unless the target says `threads=`).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 impl CompileArgs {
-    fn options(&self) -> fxmlir::Options {
-        fxmlir::Options {
+    fn options(&self) -> Result<fxmlir::Options> {
+        Ok(fxmlir::Options {
             pipeline: self.pipeline.clone(),
             dump_dir: self.dump_dir.clone(),
             cache_dir: self
@@ -70,9 +81,21 @@ impl CompileArgs {
                 .clone()
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
-            threads: self.threads,
-        }
+            target: cli_target(self.target.as_deref(), self.threads)?,
+        })
     }
+}
+
+/// The target `--target` names (else `FXMLIR_TARGET`, else the host), with `--threads`.
+fn cli_target(spec: Option<&str>, threads: Option<usize>) -> Result<fxmlir::Target> {
+    let target = match spec {
+        Some(spec) => fxmlir::Target::parse(spec)?,
+        None => fxmlir::Target::from_env()?,
+    };
+    Ok(match threads {
+        Some(n) => target.with_threads(n),
+        None => target,
+    })
 }
 
 fn load(file: &PathBuf) -> Result<(Graph, String)> {
@@ -95,17 +118,27 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Import { file } => {
+        Command::Import { file, target } => {
             let (graph, _) = load(&file)?;
+            let target = cli_target(target.as_deref(), None)?;
             let context = fxmlir::context::new_context()?;
-            let module = fxmlir::lower::lower_graph(&context, &graph)?;
+            let module = fxmlir::lower::lower_graph(&context, &graph, &target)?;
             fxmlir::pipeline::verify(&context, &module, &graph.name)?;
             print!("{}", fxmlir::pipeline::print_module(&module));
         }
         Command::Compile { file, options } => {
             let (graph, text) = load(&file)?;
-            let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
-            print_timings(&compiled);
+            let options = options.options()?;
+            println!("target: {}", options.target.summary());
+            if let Err(reason) = options.target.check_runs_here() {
+                let built = fxmlir::build(&graph, Some(&text), &options)?;
+                println!("graph {}", graph.name);
+                print_stage_timings(&built.timings, &built.warnings, &built.dumped);
+                println!("not loaded: {reason}");
+            } else {
+                let compiled = fxmlir::compile(&graph, Some(&text), &options)?;
+                print_timings(&compiled);
+            }
         }
         Command::Run {
             file,
@@ -114,7 +147,9 @@ fn run(cli: Cli) -> Result<()> {
             repeat,
         } => {
             let (graph, text) = load(&file)?;
-            let compiled = fxmlir::compile(&graph, Some(&text), &options.options())?;
+            let options = options.options()?;
+            println!("target: {}", options.target.summary());
+            let compiled = fxmlir::compile(&graph, Some(&text), &options)?;
             print_timings(&compiled);
             run_random(&compiled, &graph, seed, repeat)?;
         }
@@ -128,17 +163,26 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn print_timings(compiled: &fxmlir::CompiledGraph) {
-    for warning in &compiled.warnings {
-        eprintln!("fxmlir: warning: {warning}");
-    }
     match compiled.source {
         fxmlir::runtime::Source::Compiled => println!("graph {}", compiled.name),
         source => println!("graph {} (kernel from {})", compiled.name, source.as_str()),
     }
-    for (stage, t) in &compiled.timings {
+    print_stage_timings(&compiled.timings, &compiled.warnings, &compiled.dumped);
+}
+
+/// Each stage's time, then the dump files; warnings go to stderr.
+fn print_stage_timings(
+    timings: &fxmlir::runtime::Timings,
+    warnings: &[String],
+    dumped: &[PathBuf],
+) {
+    for warning in warnings {
+        eprintln!("fxmlir: warning: {warning}");
+    }
+    for (stage, t) in timings {
         println!("  {stage:<12} {:>9.3} ms", t.as_secs_f64() * 1e3);
     }
-    for path in &compiled.dumped {
+    for path in dumped {
         println!("  dump {}", path.display());
     }
 }

@@ -1,6 +1,6 @@
-//! LLVM dialect → LLVM IR → host-tuned O2 → object code → ORC. The MLIR module is translated
+//! LLVM dialect → LLVM IR → target-tuned O2 → object code → ORC. The MLIR module is translated
 //! straight into an inkwell context (one LLVM serves melior and inkwell), every function gets the
-//! host's `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the host and
+//! target's `target-cpu`/`target-features`, a packed entry point is added, O2 runs for the target and
 //! the target machine emits relocatable objects (one per part of a large module, compiled in
 //! parallel by `jit::split`): the artefacts the compile cache stores. [`load`] links a kernel's
 //! objects into an ORC LLJIT of its own, resolving external symbols through `abi::resolve`,
@@ -23,13 +23,14 @@ pub const COMPILE_STACK: usize = 16 << 20;
 
 use crate::error::{Error, Result};
 use crate::pipeline::Dumps;
+use crate::target::Target;
 use inkwell::{
     AddressSpace, OptimizationLevel,
     attributes::{Attribute, AttributeLoc},
     context::Context as LlvmContext,
     module::{Linkage, Module as LlvmModule},
     passes::PassBuilderOptions,
-    targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine},
+    targets::{CodeModel, RelocMode, TargetMachine},
 };
 use llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
 use llvm_sys::orc2::lljit::{
@@ -47,84 +48,30 @@ use llvm_sys::orc2::{
 };
 use melior::ir::Module;
 use std::ffi::{CStr, CString, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The name of the packed entry point: `void fxmlir_entry(void **descriptors)`.
 pub const ENTRY: &str = "fxmlir_entry";
 
-/// Host CPU name, features and level-2 cache size, read once.
-pub struct Host {
-    pub triple: String,
-    pub cpu: String,
-    pub features: String,
-    /// Bytes of the first core's unified level-2 cache, from Linux's sysfs; `None` where the
-    /// kernel does not say.
-    pub l2_bytes: Option<i64>,
-}
-
-/// The level-2 cache of the first core as sysfs describes it (`512K`, `2048K`, `1M` or bytes).
-fn l2_bytes() -> Option<i64> {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
-        let read = |name: &str| std::fs::read_to_string(entry.path().join(name)).ok();
-        if read("level")?.trim() != "2" || read("type")?.trim() == "Instruction" {
-            return None;
-        }
-        let size = read("size")?;
-        let size = size.trim();
-        let (digits, unit) = size.split_at(
-            size.find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(size.len()),
-        );
-        let scale = match unit {
-            "" => 1,
-            "K" => 1 << 10,
-            "M" => 1 << 20,
-            _ => return None,
-        };
-        digits.parse::<i64>().ok().map(|d| d * scale)
-    })
-}
-
-pub fn host() -> Result<&'static Host> {
-    static HOST: OnceLock<std::result::Result<Host, String>> = OnceLock::new();
-    let host = HOST
-        .get_or_init(|| {
-            Target::initialize_native(&InitializationConfig::default())?;
-            Ok(Host {
-                triple: TargetMachine::get_default_triple()
-                    .as_str()
-                    .to_string_lossy()
-                    .into_owned(),
-                cpu: TargetMachine::get_host_cpu_name().to_string(),
-                features: TargetMachine::get_host_cpu_features().to_string(),
-                l2_bytes: l2_bytes(),
-            })
-        })
-        .as_ref()
-        .map_err(|e| Error::Llvm(format!("cannot initialise the native target: {e}")))?;
-    // After the target's initialisation, so that its options are known to the parser.
-    crate::context::command_line_options()?;
-    Ok(host)
-}
-
-/// A target machine for the host. Position-independent code in the small code model: JITLink
+/// A target machine for `target`. Position-independent code in the small code model: JITLink
 /// places an object's sections together anywhere in the address space and reaches external
 /// functions through the GOT and stubs it builds.
-fn target_machine(host: &Host) -> Result<TargetMachine> {
-    let triple = inkwell::targets::TargetTriple::create(&host.triple);
-    let target = Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
-    target
+fn target_machine(target: &Target) -> Result<TargetMachine> {
+    crate::target::initialize_llvm()?;
+    let triple = inkwell::targets::TargetTriple::create(&target.triple);
+    let llvm_target =
+        inkwell::targets::Target::from_triple(&triple).map_err(|e| Error::Llvm(e.to_string()))?;
+    llvm_target
         .create_target_machine(
             &triple,
-            &host.cpu,
-            &host.features,
+            &target.cpu,
+            &target.llvm_features,
             OptimizationLevel::Aggressive,
             RelocMode::PIC,
             CodeModel::Small,
         )
-        .ok_or_else(|| Error::Llvm(format!("no target machine for {}", host.triple)))
+        .ok_or_else(|| Error::Llvm(format!("no target machine for {}", target.triple)))
 }
 
 /// Machine code for one graph, linked into an LLJIT that owns its memory.
@@ -202,7 +149,7 @@ pub struct JitTimings {
 }
 
 /// Translates an LLVM-dialect module whose function `name` has the C interface, optimises it
-/// and emits relocatable objects for the host, one per part of a large module compiled in
+/// and emits relocatable objects for `target`, one per part of a large module compiled in
 /// parallel (load them together with [`load`]). `arg_count` is the number of memref arguments.
 /// LLVM unrolls only the loops the `loops` stage marked (see [`crate::pipeline::windows`]).
 pub fn compile(
@@ -210,8 +157,8 @@ pub fn compile(
     name: &str,
     arg_count: usize,
     dumps: Option<&Dumps>,
+    target: &Target,
 ) -> Result<(Vec<Vec<u8>>, JitTimings)> {
-    let host = host()?;
     let mut timings = JitTimings::default();
     let ctx = LlvmContext::create();
 
@@ -234,11 +181,11 @@ pub fn compile(
     let llvm: LlvmModule<'_> = unsafe { LlvmModule::new(raw as llvm_sys::prelude::LLVMModuleRef) };
     timings.translate = start.elapsed();
 
-    let machine = target_machine(host)?;
+    let machine = target_machine(target)?;
     llvm.set_triple(&machine.get_triple());
     llvm.set_data_layout(&machine.get_target_data().get_data_layout());
-    let cpu = ctx.create_string_attribute("target-cpu", &host.cpu);
-    let features = ctx.create_string_attribute("target-features", &host.features);
+    let cpu = ctx.create_string_attribute("target-cpu", &target.cpu);
+    let features = ctx.create_string_attribute("target-features", &target.llvm_features);
     for function in llvm.get_functions() {
         if function.count_basic_blocks() > 0 {
             function.add_attribute(AttributeLoc::Function, cpu);
@@ -248,13 +195,13 @@ pub fn compile(
     add_entry(&ctx, &llvm, name, arg_count, cpu, features)?;
     inline_into_entry(&ctx, &llvm, name, &machine)?;
     openmp::check(&llvm)?;
-    let vectorised = veclib::annotate(&ctx, &llvm, host)?;
+    let vectorised = veclib::annotate(&ctx, &llvm, target)?;
     tracing::debug!(calls = vectorised, "math calls given libmvec variants");
     if let Some(d) = dumps {
         d.write("unoptimized.ll", &llvm.print_to_string().to_string())?;
     }
 
-    let output = split::optimise(&llvm, host, dumps.is_some())?;
+    let output = split::optimise(&llvm, target, dumps.is_some())?;
     timings.optimize = output.optimize;
     timings.codegen = output.codegen;
     if let Some(d) = dumps {
@@ -284,7 +231,7 @@ fn joined_ir(parts: &[split::Part]) -> String {
 /// External symbols resolve through `abi::resolve`; an object that does not parse, or
 /// references a symbol it cannot resolve, is an error, never a crash.
 pub fn load<O: AsRef<[u8]>>(objects: &[O]) -> Result<Kernel> {
-    host()?;
+    crate::target::initialize_llvm()?;
     let mut raw: LLVMOrcLLJITRef = std::ptr::null_mut();
     // SAFETY: a null builder asks for a default one; on success `raw` is an LLJIT we own.
     let err = unsafe { LLVMOrcCreateLLJIT(&mut raw, std::ptr::null_mut()) };

@@ -130,8 +130,8 @@ mod tests {
             "test",
         );
         let llvm = ctx.create_module_from_ir(buffer).unwrap();
-        let host = super::super::host().unwrap();
-        let machine = super::super::target_machine(host).unwrap();
+        let target = crate::target::Target::host().unwrap();
+        let machine = super::super::target_machine(&target).unwrap();
         let object = machine
             .write_to_memory_buffer(&llvm, inkwell::targets::FileType::Object)
             .unwrap();

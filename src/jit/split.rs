@@ -7,8 +7,9 @@
 //! other parts' functions are turned into declarations; it is optimised and compiled to an
 //! object, and the objects link together in the kernel's JIT.
 
-use super::{Host, target_machine};
+use super::target_machine;
 use crate::error::{Error, Result};
+use crate::target::Target;
 use inkwell::{
     attributes::{Attribute, AttributeLoc},
     context::Context as LlvmContext,
@@ -50,12 +51,12 @@ pub struct Output {
     pub codegen: Duration,
 }
 
-/// Optimises `llvm` (O2 for the host) and emits its objects:
+/// Optimises `llvm` (O2 for `target`) and emits its objects:
 /// one part for a small module or a single-core host, else one part per core (at most one per
 /// function), compiled in parallel. `llvm` itself becomes the first part (optimised in place on
 /// this thread, its other parts' functions reduced to declarations), so only the other parts
 /// are read back from bitcode. `print` keeps each part's optimised IR.
-pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
+pub fn optimise(llvm: &LlvmModule<'_>, target: &Target, print: bool) -> Result<Output> {
     let sizes = function_sizes(llvm);
     let total: usize = sizes.iter().map(|(_, n)| n).sum();
     let largest = sizes.iter().map(|(_, n)| *n).max().unwrap_or(0);
@@ -73,7 +74,7 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
                 || !g.get_name().to_bytes().is_empty()
         });
     if parts < 2 || total - largest < MIN_SPLIT_INSTRUCTIONS || !linkable {
-        return whole(llvm, host, print);
+        return whole(llvm, target, print);
     }
     let groups = partition(&sizes, parts);
     tracing::debug!(instructions = total, parts, "compiling the module in parts");
@@ -97,11 +98,11 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
                             LlvmModule::parse_bitcode_from_buffer(&buffer, &ctx).map_err(|e| {
                                 Error::Llvm(format!("cannot read a module part back: {e}"))
                             })?;
-                        compile_part(&llvm, groups, part, host, print)
+                        compile_part(&llvm, groups, part, target, print)
                     })
             })
             .collect();
-        let first = compile_part(llvm, &groups, 0, host, print);
+        let first = compile_part(llvm, &groups, 0, target, print);
         // Every started thread is joined before any failure is returned.
         let joined: Vec<Result<_>> = std::iter::once(first)
             .chain(workers.into_iter().map(|spawned| {
@@ -127,9 +128,9 @@ pub fn optimise(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Outpu
 }
 
 /// The module as one part, compiled on this thread.
-fn whole(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
+fn whole(llvm: &LlvmModule<'_>, target: &Target, print: bool) -> Result<Output> {
     let start = Instant::now();
-    let (part, optimised) = optimise_and_emit(llvm, host, print)?;
+    let (part, optimised) = optimise_and_emit(llvm, target, print)?;
     Ok(Output {
         parts: vec![part],
         optimize: optimised.duration_since(start),
@@ -139,8 +140,12 @@ fn whole(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<Output> {
 
 /// Runs O2 on `llvm` (loop unrolling only where loop metadata asks for it), verifies it and
 /// emits an object; returns the part and when O2 ended.
-fn optimise_and_emit(llvm: &LlvmModule<'_>, host: &Host, print: bool) -> Result<(Part, Instant)> {
-    let machine = target_machine(host)?;
+fn optimise_and_emit(
+    llvm: &LlvmModule<'_>,
+    target: &Target,
+    print: bool,
+) -> Result<(Part, Instant)> {
+    let machine = target_machine(target)?;
     // O2, not O3: on fused linalg loop nests O3's extra unrolling and vectorisation cost 5-13x
     // the optimisation and codegen time and measured no faster (often slower); matrix
     // products arrive already vectorised by the schedule stage. Loop unrolling is off: with
@@ -190,7 +195,7 @@ fn compile_part(
     llvm: &LlvmModule<'_>,
     groups: &HashMap<String, usize>,
     part: usize,
-    host: &Host,
+    target: &Target,
     print: bool,
 ) -> Result<(Part, Instant)> {
     let others: Vec<_> = llvm
@@ -224,7 +229,7 @@ fn compile_part(
         }
     }
     let start = Instant::now();
-    let (compiled, optimised) = optimise_and_emit(llvm, host, print)?;
+    let (compiled, optimised) = optimise_and_emit(llvm, target, print)?;
     tracing::debug!(
         part,
         optimise_ms = optimised.duration_since(start).as_secs_f64() * 1e3,
@@ -407,8 +412,8 @@ define void @main() {
         expose_internals(&llvm);
         let groups: HashMap<String, usize> =
             [("work".to_string(), 0), ("main".to_string(), 1)].into();
-        let host = super::super::host().unwrap();
-        let (part, _) = compile_part(&llvm, &groups, 1, host, true).unwrap();
+        let target = Target::host().unwrap();
+        let (part, _) = compile_part(&llvm, &groups, 1, &target, true).unwrap();
         let ir = part.ir.unwrap();
         assert!(ir.contains("declare void @work()"), "{ir}");
         assert!(ir.contains("@counter = external "), "{ir}");

@@ -1,14 +1,14 @@
 //! Vectorised math through glibc's libmvec. MLIR lowers `math.exp`, `math.tanh`, `math.erf`
 //! and their kin to scalar libm calls or LLVM intrinsics that codegen turns into libm calls, so
 //! LLVM's loop vectoriser would leave every loop holding one scalar. Each such call site gets a
-//! `vector-function-abi-variant` attribute naming libmvec's vector versions for the host's
+//! `vector-function-abi-variant` attribute naming libmvec's vector versions for the target's
 //! vector unit (the AVX2 and SSE ones as well, for loops LLVM vectorises narrower); the
 //! vectoriser then calls, say, `_ZGVeN16v_expf` on sixteen lanes at once. The variants are
 //! declared in the module and kept alive in `llvm.compiler.used`, so that no pass drops them
 //! before the vectoriser runs; [`super::abi::resolve`] finds them in libmvec.
 
-use super::Host;
 use crate::error::{Error, Result};
+use crate::target::Target;
 use inkwell::{
     AddressSpace,
     attributes::AttributeLoc,
@@ -69,33 +69,36 @@ impl Isa {
     }
 }
 
-/// The libmvec function the host runs `base` (a libm name) with on whole vectors of `bits`-bit
+/// The libmvec function `target` runs `base` (a libm name) with on whole vectors of `bits`-bit
 /// floats, for a row of `length` of them: the widest variant whose lanes divide `length`, as
 /// its name, its lanes and the libm function's arity. `None` for a function libmvec lacks, a
-/// host without a vector ISA libmvec serves, or a row no variant's lanes divide.
-pub fn row_variant(base: &str, bits: u32, length: i64) -> Option<(String, i64, usize)> {
+/// target without a vector ISA libmvec serves, or a row no variant's lanes divide.
+pub fn row_variant(
+    base: &str,
+    bits: u32,
+    length: i64,
+    target: &Target,
+) -> Option<(String, i64, usize)> {
     let (_, arity) = FUNCTIONS.iter().find(|(n, _)| *n == base)?;
-    let host = super::host().ok()?;
-    host_isas(host).into_iter().find_map(|isa| {
+    target_isas(target).into_iter().find_map(|isa| {
         let lanes = i64::from(isa.bits / bits);
         (length % lanes == 0).then(|| (isa.variant(base, bits, *arity), lanes, *arity))
     })
 }
 
-/// The ISAs whose libmvec variants the host can run, widest first.
-fn host_isas(host: &Host) -> Vec<Isa> {
-    let has = |f: &str| host.features.split(',').any(|x| x == f);
+/// The ISAs whose libmvec variants `target` can run, widest first.
+fn target_isas(target: &Target) -> Vec<Isa> {
     let mut isas = Vec::new();
-    if !host.triple.starts_with("x86_64") {
+    if !target.triple.starts_with("x86_64") {
         return isas;
     }
-    if has("+avx512f") {
+    if target.has("avx512f") {
         isas.push(Isa {
             letter: 'e',
             bits: 512,
         });
     }
-    if has("+avx2") {
+    if target.has("avx2") {
         isas.push(Isa {
             letter: 'd',
             bits: 256,
@@ -133,12 +136,12 @@ fn classify(callee: &str) -> Option<(&'static str, u32, usize)> {
 }
 
 /// Annotates every call to a function libmvec vectorises; returns how many calls it marked.
-/// On AVX-512 hosts the functions holding such calls also get `prefer-vector-width=512`:
+/// On AVX-512 targets the functions holding such calls also get `prefer-vector-width=512`:
 /// LLVM's x86 cost model otherwise keeps to 256-bit vectors, while a loop bound by its math
 /// runs twice as fast on libmvec's 16-lane variants. (Other loops keep the default: on
 /// convolutions' short copy loops 512-bit vectors were slower.)
-pub fn annotate<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, host: &Host) -> Result<usize> {
-    let isas = host_isas(host);
+pub fn annotate<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, target: &Target) -> Result<usize> {
+    let isas = target_isas(target);
     if isas.is_empty() {
         return Ok(0);
     }
@@ -268,21 +271,36 @@ mod tests {
         assert_eq!(sse.variant("tanh", 32, 1), "_ZGVbN4v_tanhf");
     }
 
-    /// Every x86-64 host has SSE's four-lane variants at least.
-    #[cfg(target_arch = "x86_64")]
+    /// The widest variant the target runs whose lanes divide the row: AVX-512's, AVX2's, or
+    /// at least SSE's four lanes on any x86-64.
     #[test]
-    fn row_variants_divide_the_row() {
-        let (name, lanes, arity) = row_variant("erf", 32, 32).expect("an erf variant");
-        assert_eq!(32 % lanes, 0);
-        assert_eq!(arity, 1);
-        assert!(
-            name.starts_with("_ZGV") && name.ends_with("v_erff"),
-            "{name}"
+    fn row_variants_follow_the_target() {
+        let avx512 = Target::parse("skylake-avx512").unwrap();
+        let avx2 = Target::parse("x86-64-v3").unwrap();
+        let sse = Target::parse("x86-64").unwrap();
+        let variant = |base, bits, length, target| {
+            row_variant(base, bits, length, target).map(|(name, lanes, arity)| {
+                assert_eq!(length % lanes, 0);
+                (name, arity)
+            })
+        };
+        assert_eq!(
+            variant("erf", 32, 32, &avx512),
+            Some(("_ZGVeN16v_erff".to_string(), 1))
         );
-        let (name, _, arity) = row_variant("pow", 64, 8).expect("a pow variant");
-        assert_eq!(arity, 2);
-        assert!(name.ends_with("vv_pow"), "{name}");
-        assert_eq!(row_variant("erf", 32, 3), None);
-        assert_eq!(row_variant("sqrt", 32, 16), None);
+        assert_eq!(
+            variant("erf", 32, 32, &avx2),
+            Some(("_ZGVdN8v_erff".to_string(), 1))
+        );
+        assert_eq!(
+            variant("erf", 32, 32, &sse),
+            Some(("_ZGVbN4v_erff".to_string(), 1))
+        );
+        assert_eq!(
+            variant("pow", 64, 8, &avx512),
+            Some(("_ZGVeN8vv_pow".to_string(), 2))
+        );
+        assert_eq!(variant("erf", 32, 3, &avx512), None);
+        assert_eq!(variant("sqrt", 32, 16, &avx512), None);
     }
 }

@@ -10,7 +10,8 @@ use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail}
 use crate::error::Result;
 use crate::graph::{DType, Node};
 use crate::pipeline::parallel::MIN_WORK;
-use crate::pipeline::schedule::{BATCHED_PAIR_MAPS, PAIR_MAPS, Target, largest_divisor_at_most};
+use crate::pipeline::schedule::{BATCHED_PAIR_MAPS, PAIR_MAPS, largest_divisor_at_most};
+use crate::target::Target;
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -397,7 +398,7 @@ fn computed_pairs<'c, 'a>(
         || m < min_rows
         || k == 0
         || n == 0
-        || !Target::host().bf16_dot
+        || !ctx.target.bf16_dot()
     {
         return Ok(None);
     }
@@ -439,11 +440,18 @@ fn computed_pairs<'c, 'a>(
 /// against 4.6 and 3.9.
 pub const MIN_WIDENED_ROWS: i64 = 2;
 
-/// Whether a product of `rows` rows of `dtype` operands multiplies f32 copies of them (see
-/// [`Target::widens`]): widening is exact and the product accumulates in f32 either way, so
-/// the result is the same.
-pub fn widened(dtype: DType, rows: i64) -> bool {
-    rows >= MIN_WIDENED_ROWS && Target::host().widens(dtype)
+/// Whether a product of `rows` rows of `dtype` operands multiplies f32 copies of them on
+/// `target`: the half types the target has no dot product for (f16 everywhere, bf16 without
+/// AVX512-BF16), whose register tiles would otherwise widen every element they load.
+/// Widening is exact and the product accumulates in f32 either way, so the result is the
+/// same.
+pub fn widened(target: &Target, dtype: DType, rows: i64) -> bool {
+    let widens = match dtype {
+        DType::Float16 => true,
+        DType::Bfloat16 => !target.bf16_dot(),
+        _ => false,
+    };
+    rows >= MIN_WIDENED_ROWS && widens
 }
 
 /// `a @ b` for rank-2 (`linalg.matmul`) or rank-3 (`linalg.batch_matmul`) operands, in the
@@ -478,7 +486,11 @@ pub(super) fn contract<'c, 'a>(
     } else {
         dtype
     };
-    let operands = if widened(dtype, m) { acc } else { dtype };
+    let operands = if widened(ctx.target, dtype, m) {
+        acc
+    } else {
+        dtype
+    };
     let a = ctx.cast(a, operands)?;
     let b = ctx.cast(b, operands)?;
     if let Some(product) = computed_pairs(ctx, &a, &b)? {

@@ -18,6 +18,7 @@ mod scan;
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
+use crate::target::Target;
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
 pub use linear::widened;
 use melior::{
@@ -27,6 +28,7 @@ use melior::{
         Attribute, Block, BlockLike, Identifier, Location, Module, Region, RegionLike, Type, Value,
         ValueLike,
         attribute::{StringAttribute, TypeAttribute},
+        operation::{OperationLike, OperationMutLike},
         r#type::FunctionType,
     },
 };
@@ -156,6 +158,9 @@ impl Operand<'_, '_> {
 /// location of the node being lowered.
 pub struct LowerCtx<'c, 'a> {
     pub e: Emit<'c, 'a>,
+    /// The CPU the module is for: lowerings that use its instructions (bf16 dot products) or
+    /// widen for it read it here, never from the host.
+    pub target: &'a Target,
     graph: &'a Graph,
     values: HashMap<ValueRef, Value<'c, 'a>>,
     node_outputs: Vec<TensorMeta>,
@@ -488,7 +493,7 @@ fn node_location<'c>(context: &'c Context, node: &Node) -> Location<'c> {
 
 /// Lowers a validated graph to a module holding `func.func @<graph.name>`, whose arguments are
 /// the inputs' memrefs (with their strides) followed by one memref per output, written in place.
-pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>> {
+pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> Result<Module<'c>> {
     let registry = Registry::global()?;
     let func_loc = Location::name(context, &graph.name, Location::unknown(context));
     let module = Module::new(func_loc);
@@ -527,6 +532,7 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
         };
         let mut ctx = LowerCtx {
             e: entry,
+            target,
             graph,
             values: HashMap::new(),
             node_outputs: vec![],
@@ -637,7 +643,30 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph) -> Result<Module<'c>
         func_loc,
     );
     module.body().append_operation(function);
+    let mut module = module;
+    set_target(context, &mut module, target);
     Ok(module)
+}
+
+/// The module attribute that records the target a module was lowered for (its
+/// [`Target::describe`] spec): every dump says which CPU it is for, and `fxmlir-opt` compiles
+/// a dump for that target unless `--target` says otherwise.
+pub const TARGET_ATTRIBUTE: &str = "fxmlir.target";
+
+/// Records `target` on `module` (see [`TARGET_ATTRIBUTE`]).
+pub fn set_target(context: &Context, module: &mut Module, target: &Target) {
+    module.as_operation_mut().set_attribute(
+        TARGET_ATTRIBUTE,
+        StringAttribute::new(context, &target.describe()).into(),
+    );
+}
+
+/// The target spec a module records (see [`TARGET_ATTRIBUTE`]), if it records one.
+pub fn recorded_target(module: &Module) -> Option<String> {
+    let attribute = module.as_operation().attribute(TARGET_ATTRIBUTE).ok()?;
+    StringAttribute::try_from(attribute)
+        .ok()
+        .map(|s| s.value().to_string())
 }
 
 fn attach_site(e: Error, site: &NodeSite) -> Error {

@@ -15,6 +15,7 @@ pub mod vmath;
 pub mod windows;
 
 use crate::error::{Error, Result};
+use crate::target::Target;
 use melior::{
     Context,
     ir::{Module, operation::OperationLike},
@@ -75,18 +76,18 @@ impl Hook {
     }
 
     /// Appends the stage's transform script, or outlines; returns how many ops it transforms.
-    fn attach(self, context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
+    fn attach(self, context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
         match self {
             Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
-            Hook::Schedule => schedule::attach(context, module, threads),
-            Hook::Parallel => parallel::attach(context, module, threads),
+            Hook::Schedule => schedule::attach(context, module, target),
+            Hook::Parallel => parallel::attach(context, module, target),
             Hook::Outline => outline::outline(context, module),
         }
     }
 
     /// The hook's work after the passes succeeded: erases what [`Hook::attach`] added for them
     /// (the transform script and its tags), or marks `noalias` or window loops.
-    fn finish(self, context: &Context, module: &mut Module) -> Result<()> {
+    fn finish(self, context: &Context, module: &mut Module, target: &Target) -> Result<()> {
         match self {
             Hook::Schedule => {
                 schedule::detach(module);
@@ -107,7 +108,7 @@ impl Hook {
             }
             Hook::Windows => {
                 let marked = windows::mark(context, module)?;
-                let called = vmath::call_libmvec(context, module)?;
+                let called = vmath::call_libmvec(context, module, target)?;
                 tracing::debug!(
                     loops = marked,
                     math = called,
@@ -354,15 +355,15 @@ pub struct Ran {
     pub skipped: Vec<String>,
 }
 
-/// Runs `stages` in order, dumping after each as `NN-<stage>.mlir` (numbered from `first`).
-/// `threads` is how many chunks the `parallel` stage cuts large ops into.
+/// Runs `stages` in order for `target`, dumping after each as `NN-<stage>.mlir` (numbered from
+/// `first`).
 pub fn run_stages<'c>(
     context: &'c Context,
     module: &mut Module<'c>,
     stages: &[Stage],
     dumps: Option<&Dumps>,
     first: usize,
-    threads: usize,
+    target: &Target,
 ) -> Result<Ran> {
     let mut ran = Ran::default();
     for (i, stage) in stages.iter().enumerate() {
@@ -382,7 +383,7 @@ pub fn run_stages<'c>(
             let diagnostics = Diagnostics::capture(context);
             let attached = stage
                 .hook
-                .attach(context, module, threads)
+                .attach(context, module, target)
                 .and_then(|count| {
                     if module.as_operation().verify() {
                         Ok(count)
@@ -426,7 +427,7 @@ pub fn run_stages<'c>(
             run_pipeline_text(context, module, stage.pipeline)
         };
         match (result, stage.hook) {
-            (Ok(()), hook) => hook.finish(context, module)?,
+            (Ok(()), hook) => hook.finish(context, module, target)?,
             (Err(Error::Pipeline { diagnostics, .. }), hook) if !hook.prepares() => {
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 return Err(Error::Pipeline {
@@ -529,7 +530,8 @@ mod tests {
             pipeline: "builtin.module(transform-interpreter{entry-point=missing})",
             hook: Hook::Outline,
         };
-        let ran = run_stages(&context, &mut module, &[failing], None, 1, 1).expect("goes on");
+        let target = Target::parse("x86-64-v3").unwrap();
+        let ran = run_stages(&context, &mut module, &[failing], None, 1, &target).expect("goes on");
         assert_eq!(ran.timings.len(), 1);
         let [skipped] = ran.skipped.as_slice() else {
             panic!("one skipped stage expected, got {:?}", ran.skipped);

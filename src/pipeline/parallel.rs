@@ -16,6 +16,7 @@ use super::schedule::{
     script, tag, tensor_shape,
 };
 use crate::error::Result;
+use crate::target::Target;
 use melior::{
     Context,
     ir::{
@@ -340,12 +341,13 @@ fn plan(module: &Module, threads: i64) -> Vec<Planned> {
 }
 
 /// Tags the ops to split and appends the script that splits them. Returns how many ops it
-/// split. A module that already has a `@__transform_main` is left alone.
-pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
+/// split across `target`'s threads. A module that already has a `@__transform_main` is left
+/// alone.
+pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
     if has_entry(module) {
         return Ok(0);
     }
-    let planned = plan(module, threads as i64);
+    let planned = plan(module, target.threads as i64);
     let mut tags = HashMap::new();
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {

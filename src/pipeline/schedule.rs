@@ -18,7 +18,7 @@
 
 use super::{chains, outline};
 use crate::error::{Error, Result};
-use crate::graph::DType;
+use crate::target::Target;
 use melior::{
     Context,
     ir::{
@@ -103,63 +103,6 @@ pub struct Problem {
     pub operand: &'static str,
 }
 
-/// The vector unit and cache the tiles are sized for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
-    /// Bytes per vector register (64 for AVX-512).
-    pub vector_bytes: i64,
-    /// Architectural vector registers (32 with AVX-512, 16 with AVX2).
-    pub registers: i64,
-    /// AVX512-BF16's dot product of bf16 pairs (`vdpbf16ps`), for `Element::Bf16Pairs`.
-    pub bf16_dot: bool,
-    /// Bytes of one core's level-2 cache, which the reduction and column blocks are sized for.
-    pub l2_bytes: i64,
-}
-
-/// The level-2 cache assumed where the host does not say (a 2 MiB server core's).
-const DEFAULT_L2: i64 = 2 << 20;
-
-impl Target {
-    pub const AVX512: Target = Target {
-        vector_bytes: 64,
-        registers: 32,
-        bf16_dot: false,
-        l2_bytes: DEFAULT_L2,
-    };
-
-    /// The host's vector unit and level-2 cache, from LLVM's host feature string and sysfs.
-    pub fn host() -> Target {
-        let host = crate::jit::host().ok();
-        let features = host.map_or("", |h| h.features.as_str());
-        let l2_bytes = host.and_then(|h| h.l2_bytes).unwrap_or(DEFAULT_L2);
-        let has = |f: &str| features.split(',').any(|x| x == f);
-        let (vector_bytes, registers) = if has("+avx512f") {
-            (64, 32)
-        } else if has("+avx") {
-            (32, 16)
-        } else {
-            (16, 16)
-        };
-        Target {
-            vector_bytes,
-            registers,
-            bf16_dot: vector_bytes == 64 && has("+avx512bf16"),
-            l2_bytes,
-        }
-    }
-
-    /// Whether products of `dtype` operands multiply f32 copies of them: the half types this
-    /// CPU has no dot product for (f16 everywhere, bf16 without AVX512-BF16), whose register
-    /// tiles would otherwise widen every element they load.
-    pub fn widens(&self, dtype: DType) -> bool {
-        match dtype {
-            DType::Float16 => true,
-            DType::Bfloat16 => !self.bf16_dot,
-            _ => false,
-        }
-    }
-}
-
 /// A dimension cut in two: tiles of the main part `[0, at)` use the register tile; the rest
 /// (`at` to the end, shorter than one register tile) is a single tile of `rest` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,8 +165,8 @@ pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
 }
 
 /// Tile sizes for `p` on `target`.
-pub fn choose(p: &Problem, target: Target) -> Tiles {
-    let lanes = (target.vector_bytes / p.element.bytes()).max(1);
+pub fn choose(p: &Problem, target: &Target) -> Tiles {
+    let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
     // Two vectors per row; a width that is no whole number of pairs is cut after the last
     // pair (the rest is one narrower tile); a narrower width is a single tile.
     let (nr, n_split) = if p.n % (2 * lanes) == 0 {
@@ -251,7 +194,7 @@ pub fn choose(p: &Problem, target: Target) -> Tiles {
         });
     // Accumulators use about half the registers: eight rows of two vectors with 32 registers.
     let vectors_per_row = ((nr + lanes - 1) / lanes).max(1);
-    let mr_limit = (target.registers / 2 / vectors_per_row).clamp(1, 8);
+    let mr_limit = (target.registers() / 2 / vectors_per_row).clamp(1, 8);
     // A divisor of the rows if it keeps at least half the accumulators busy, else full tiles
     // and one shorter tile for the rest (a prime row count would otherwise get 1-row tiles).
     let divisor = largest_divisor_at_most(p.m, mr_limit);
@@ -337,7 +280,7 @@ pub struct Chunks {
 /// the right operand is the larger one (each thread then streams only its share of it), else
 /// the rows; a dimension is only cut into whole vectors (columns) or at least eight rows.
 /// `None` for one thread, small products and shapes no such cut fits.
-pub fn chunks(p: &Problem, threads: i64, target: Target) -> Option<Chunks> {
+pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
     if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < PARALLEL_MIN_WORK {
         return None;
@@ -360,7 +303,7 @@ pub fn chunks(p: &Problem, threads: i64, target: Target) -> Option<Chunks> {
             },
         );
     }
-    let lanes = (target.vector_bytes / p.element.bytes()).max(1);
+    let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
     let by_columns = (p.n % threads == 0 && (p.n / threads) % lanes == 0).then(|| {
         let n = p.n / threads;
         cut(lead + 1, n, Problem { n, ..*p })
@@ -716,7 +659,8 @@ fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
 }
 
 /// Finds the contractions to schedule and their tiles and epilogues.
-fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
+fn plan(module: &Module, target: &Target) -> Vec<Planned> {
+    let threads = target.threads as i64;
     let (order, ops) = analyse(module);
     // value -> (user op, operand index) for every use.
     let mut uses: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
@@ -741,7 +685,7 @@ fn plan(module: &Module, target: Target, threads: i64) -> Vec<Planned> {
         // Pairs need the dot product, and whole vectors of columns (the lowering's own loops
         // compute them otherwise).
         let pairs = problem.element == Element::Bf16Pairs;
-        if pairs && !(target.bf16_dot && problem.n % PAIR_LANES == 0) {
+        if pairs && !(target.bf16_dot() && problem.n % PAIR_LANES == 0) {
             continue;
         }
         let chunks = chunks(&problem, if info.in_loop { 1 } else { threads }, target);
@@ -1310,17 +1254,7 @@ pub(super) fn tag(module: &mut Module, tags: &HashMap<usize, (&str, i64)>) {
 /// Tags the contractions of `module` (and their fused epilogues) and appends the transform
 /// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
 /// that already has a `@__transform_main` is left alone.
-pub fn attach(context: &Context, module: &mut Module, threads: usize) -> Result<usize> {
-    attach_for(context, module, Target::host(), threads)
-}
-
-/// [`attach`] for an explicit vector unit.
-pub fn attach_for(
-    context: &Context,
-    module: &mut Module,
-    target: Target,
-    threads: usize,
-) -> Result<usize> {
+pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
     if has_entry(module) {
         return Ok(0);
     }
@@ -1329,7 +1263,7 @@ pub fn attach_for(
         folded,
         "elementwise ops folded into the chains after products"
     );
-    let mut planned = plan(module, target, threads as i64);
+    let mut planned = plan(module, target);
     let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
     for (id, p) in planned.iter().enumerate() {
         tags.insert(p.op, (CONTRACTION_TAG, id as i64));
@@ -1604,6 +1538,11 @@ pub fn detach(module: &mut Module) {
 mod tests {
     use super::*;
 
+    /// A generic AVX-512 CPU: 32 registers of 64 bytes, no bf16 dot product, 2 MiB of L2.
+    fn avx512() -> Target {
+        Target::parse("x86-64-v4").unwrap()
+    }
+
     fn problem(m: i64, k: i64, n: i64, element: Element) -> Problem {
         Problem {
             batch: None,
@@ -1626,7 +1565,7 @@ mod tests {
                 for k in [1, 5, 64, 4096, 4099] {
                     for element in [Element::F32, Element::F64] {
                         let p = problem(m, k, n, element);
-                        let t = choose(&p, Target::AVX512);
+                        let t = choose(&p, &avx512());
                         let rows = t.m_split.map_or(m, |s| s.at);
                         let columns = t.n_split.map_or(n, |s| s.at);
                         assert_eq!(rows % t.mr, 0, "{p:?} {t:?}");
@@ -1664,7 +1603,7 @@ mod tests {
 
     #[test]
     fn products_are_cut_into_thread_chunks() {
-        let t = Target::AVX512;
+        let t = &avx512();
         // Wide right operand: columns, whole vectors per thread.
         let c = chunks(&problem(64, 512, 512, Element::F32), 2, t).unwrap();
         assert_eq!(c.sizes, vec![0, 256]);
@@ -1699,63 +1638,58 @@ mod tests {
 
     #[test]
     fn avx512_register_tiles() {
-        let t = choose(&problem(256, 512, 256, Element::F32), Target::AVX512);
+        let t = choose(&problem(256, 512, 256, Element::F32), &avx512());
         assert_eq!((t.mr, t.nr, t.kc), (8, 32, None));
-        let t = choose(&problem(512, 512, 512, Element::F64), Target::AVX512);
+        let t = choose(&problem(512, 512, 512, Element::F64), &avx512());
         assert_eq!((t.mr, t.nr, t.kc, t.nc), (8, 16, Some(256), None));
         let block = |size, covers| Some(Block { size, covers });
-        let t = choose(&problem(1024, 1024, 1024, Element::F32), Target::AVX512);
+        let t = choose(&problem(1024, 1024, 1024, Element::F32), &avx512());
         assert_eq!(
             (t.kc, t.nc, t.columns_outer, t.ku),
             (Some(256), None, false, 4)
         );
-        let t = choose(&problem(1024, 1024, 1024, Element::F64), Target::AVX512);
+        let t = choose(&problem(1024, 1024, 1024, Element::F64), &avx512());
         assert_eq!(
             (t.kc, t.nc, t.columns_outer, t.ku),
             (Some(128), None, false, 4)
         );
-        let t = choose(&problem(64, 4096, 1024, Element::F32), Target::AVX512);
+        let t = choose(&problem(64, 4096, 1024, Element::F32), &avx512());
         assert_eq!((t.kc, t.nc, t.columns_outer), (Some(256), None, true));
         // A prime depth cannot be blocked; 1000 columns block by a multiple of 4.
-        let t = choose(&problem(512, 4099, 512, Element::F32), Target::AVX512);
+        let t = choose(&problem(512, 4099, 512, Element::F32), &avx512());
         assert_eq!((t.kc, t.ku), (None, 1));
-        let t = choose(&problem(512, 2000, 1000, Element::F32), Target::AVX512);
+        let t = choose(&problem(512, 2000, 1000, Element::F32), &avx512());
         assert_eq!((t.kc, t.nr, t.ku), (Some(200), 32, 4));
         assert_eq!(t.n_split, Some(Split { at: 992, rest: 8 }));
         // Wide: 256-deep blocks of 1024 columns (1 MiB of the right operand, half of L2).
-        let t = choose(&problem(197, 768, 3072, Element::F32), Target::AVX512);
+        let t = choose(&problem(197, 768, 3072, Element::F32), &avx512());
         assert_eq!((t.kc, t.nc), (Some(256), block(1024, 3072)));
         // Blocks need not divide the columns: 2976 main columns are 2 blocks of 1024 and 928
         // unblocked columns, then 24 columns.
-        let t = choose(&problem(197, 768, 3000, Element::F32), Target::AVX512);
+        let t = choose(&problem(197, 768, 3000, Element::F32), &avx512());
         assert_eq!(t.nc, block(1024, 2048));
         assert_eq!(t.n_split, Some(Split { at: 2976, rest: 24 }));
         // That tile is one vector and 8 columns, as is a whole width of 24.
         assert_eq!(t.n_tail, Some(Split { at: 16, rest: 8 }));
-        let t = choose(&problem(64, 64, 24, Element::F32), Target::AVX512);
+        let t = choose(&problem(64, 64, 24, Element::F32), &avx512());
         assert_eq!(
             (t.nr, t.n_split, t.n_tail),
             (16, Some(Split { at: 16, rest: 8 }), None)
         );
         // f64 3000 columns: pairs of 8-lane vectors up to 2992, then one vector.
-        let t = choose(&problem(64, 64, 3000, Element::F64), Target::AVX512);
+        let t = choose(&problem(64, 64, 3000, Element::F64), &avx512());
         assert_eq!((t.nr, t.n_split), (16, Some(Split { at: 2992, rest: 8 })));
         // 197 rows (prime): 24 full 8-row tiles and one of 5, not 197 one-row tiles; 100 rows
         // divide by 5.
-        let t = choose(&problem(197, 768, 768, Element::F32), Target::AVX512);
+        let t = choose(&problem(197, 768, 768, Element::F32), &avx512());
         assert_eq!((t.mr, t.m_split), (8, Some(Split { at: 192, rest: 5 })));
-        let t = choose(&problem(100, 784, 10, Element::F32), Target::AVX512);
+        let t = choose(&problem(100, 784, 10, Element::F32), &avx512());
         assert_eq!((t.mr, t.nr, t.m_split, t.n_split), (5, 10, None, None));
     }
 
     #[test]
     fn avx2_tiles_follow_a_smaller_l2() {
-        let zen3 = Target {
-            vector_bytes: 32,
-            registers: 16,
-            bf16_dot: false,
-            l2_bytes: 512 << 10,
-        };
+        let zen3 = &Target::parse("znver3").unwrap();
         let block = |size, covers| Some(Block { size, covers });
         // Eight accumulators of two 8-lane vectors; 512³'s right operand (1 MiB) is blocked
         // here but not with a 2 MiB L2; blocks of 256 KiB.
@@ -1765,7 +1699,7 @@ mod tests {
             (4, 16, Some(256), block(256, 512))
         );
         assert_eq!(
-            choose(&problem(512, 512, 512, Element::F32), Target::AVX512).kc,
+            choose(&problem(512, 512, 512, Element::F32), &avx512()).kc,
             None
         );
         let t = choose(&problem(1024, 1024, 1024, Element::F32), zen3);
@@ -1824,7 +1758,7 @@ mod tests {
         ));
         let options = crate::Options {
             dump_dir: Some(dir.clone()),
-            ..crate::Options::default()
+            ..crate::Options::new(crate::Target::host().unwrap())
         };
         let compiled = crate::compile(&graph, None, &options).expect("compiles");
         let scheduled = std::fs::read_to_string(dir.join("product.01-schedule.mlir"))
@@ -1933,23 +1867,20 @@ mod tests {
     #[test]
     fn pairs_products_need_the_dot_product_and_whole_vectors() {
         let context = crate::context::new_context().expect("default LLVM options parse");
-        let bf16 = Target {
-            bf16_dot: true,
-            ..Target::AVX512
-        };
-        let planned = plan(&pairs_module(&context, 64, 128, 96), bf16, 1);
+        let bf16 = &Target::parse("x86-64-v4,+avx512bf16").unwrap();
+        let planned = plan(&pairs_module(&context, 64, 128, 96), bf16);
         let [p] = planned.as_slice() else {
             panic!("one product planned, got {}", planned.len());
         };
         assert_eq!(p.problem, problem(64, 128, 96, Element::Bf16Pairs));
         // The tiles of an f32 product of as many steps, one pair per step.
-        let f32_tiles = choose(&problem(64, 128, 96, Element::F32), Target::AVX512);
+        let f32_tiles = choose(&problem(64, 128, 96, Element::F32), &avx512());
         assert_eq!(p.tiles, Tiles { ku: 1, ..f32_tiles });
         assert!(p.epilogue.is_none());
         // Without AVX512-BF16, or with a width of no whole number of 16-lane vectors, the
         // contraction is left to the lowering's loops.
-        assert!(plan(&pairs_module(&context, 64, 128, 96), Target::AVX512, 1).is_empty());
-        assert!(plan(&pairs_module(&context, 64, 128, 40), bf16, 1).is_empty());
+        assert!(plan(&pairs_module(&context, 64, 128, 96), &avx512()).is_empty());
+        assert!(plan(&pairs_module(&context, 64, 128, 40), bf16).is_empty());
     }
 
     #[test]

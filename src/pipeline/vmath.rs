@@ -14,6 +14,7 @@ use super::pairs::vector_shape;
 use super::schedule::{items, list};
 use crate::error::{Error, Result};
 use crate::jit::veclib;
+use crate::target::Target;
 use melior::{
     Context, IrRewriter,
     dialect::func,
@@ -50,7 +51,7 @@ fn libm_name(op: &str) -> Option<&str> {
 
 /// What [`call_libmvec`] does with `op`, if anything: a `math` op on static vectors of `f32`
 /// or `f64` with a libmvec function for its rows.
-fn plan(op: &OperationRef) -> Option<Planned> {
+fn plan(op: &OperationRef, target: &Target) -> Option<Planned> {
     let name = op_name(op);
     let base = libm_name(&name)?;
     if op.result_count() != 1 {
@@ -62,7 +63,7 @@ fn plan(op: &OperationRef) -> Option<Planned> {
         "f64" => 64,
         _ => return None,
     };
-    let (callee, lanes, arity) = veclib::row_variant(base, bits, *shape.last()?)?;
+    let (callee, lanes, arity) = veclib::row_variant(base, bits, *shape.last()?, target)?;
     (op.operand_count() == arity).then_some(Planned {
         shape,
         element,
@@ -182,10 +183,10 @@ fn rewrite<'c, 'a>(
 
 /// Rewrites every math op of `module` that libmvec has a vector function for (see the module
 /// documentation) and declares the functions called; returns how many ops it rewrote.
-pub fn call_libmvec(context: &Context, module: &mut Module) -> Result<usize> {
+pub fn call_libmvec(context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
     let mut found = Vec::new();
     module.as_operation().walk(WalkOrder::PreOrder, |op| {
-        if let Some(planned) = plan(&op) {
+        if let Some(planned) = plan(&op, target) {
             found.push((op.to_raw(), planned));
         }
         WalkResult::Advance

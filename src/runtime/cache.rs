@@ -71,7 +71,6 @@ pub struct Key {
 
 impl Key {
     pub fn new(graph: &Graph, options: &Options) -> Result<Key> {
-        let host = jit::host()?;
         let (major, minor, patch) = inkwell::support::get_llvm_version();
         let text = format!(
             "fxmlir-kernel {FORMAT}\n\
@@ -79,17 +78,13 @@ impl Key {
              graph {}\n\
              options {}\n\
              llvm {major}.{minor}.{patch} {}\n\
-             host {} {} {} l2 {}\n",
+             target {}\n",
             env!("CARGO_PKG_VERSION"),
             env!("FXMLIR_SOURCE_HASH"),
             structural_hash(graph)?,
             options.fingerprint(),
             crate::context::llvm_args(),
-            host.triple,
-            host.cpu,
-            host.features,
-            host.l2_bytes
-                .map_or("unknown".to_string(), |b| b.to_string()),
+            options.target.fingerprint(),
         );
         let digest = hex(&Sha256::digest(text.as_bytes()));
         Ok(Key { text, digest })

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
 use crate::pipeline::{self, Dumps};
+use crate::target::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,23 +24,22 @@ pub struct Options {
     pub dump_dir: Option<PathBuf>,
     /// The on-disk compile cache; `None` keeps kernels in this process only.
     pub cache_dir: Option<PathBuf>,
-    /// Threads the kernel splits its large loops across (torch's intra-op thread count);
-    /// 1 keeps it single-threaded.
-    pub threads: usize,
+    /// The CPU to compile for, with the threads the kernel splits its large loops across
+    /// (torch's intra-op thread count for the backend).
+    pub target: Target,
 }
 
-impl Default for Options {
-    fn default() -> Self {
+impl Options {
+    /// The default pipeline for `target`, with no dumps and no disk cache.
+    pub fn new(target: Target) -> Options {
         Options {
             pipeline: "default".to_string(),
             dump_dir: None,
             cache_dir: None,
-            threads: 1,
+            target,
         }
     }
-}
 
-impl Options {
     /// The options that change the generated code, as one line of the cache key. Every field
     /// is named here, so a new one does not compile until it is either added or marked as not
     /// affecting code.
@@ -48,9 +48,9 @@ impl Options {
             pipeline,
             dump_dir: _,
             cache_dir: _,
-            threads,
+            target,
         } = self;
-        format!("pipeline={pipeline:?} threads={threads}")
+        format!("pipeline={pipeline:?} target={}", target.describe())
     }
 }
 
@@ -96,10 +96,12 @@ pub struct CompiledGraph {
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
 /// process, else the one in the disk cache, else a new one (lowered, optimised, JIT-compiled
 /// and stored in both caches). With a dump directory no cache is consulted, but both are
-/// filled.
+/// filled. The target must be one whose code runs on this host (see
+/// [`Target::check_runs_here`]; [`build`] compiles for any target without running).
 pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<CompiledGraph> {
     let span = tracing::info_span!("compile", graph = graph.name.as_str());
     let _guard = span.enter();
+    options.target.check_runs_here()?;
     let total = Instant::now();
     let key = cache::Key::new(graph, options)?;
     let reuse = options.dump_dir.is_none();
@@ -126,10 +128,11 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
                 (kernel, Source::Disk)
             }
             None => {
-                let build = build(graph, json, options, &key, &mut warnings)?;
-                timings.extend(build.timings);
-                dumped = build.dumped;
-                (build.kernel, Source::Compiled)
+                let (kernel, built, files) =
+                    build_and_load(graph, json, options, &key, &mut warnings)?;
+                timings.extend(built);
+                dumped = files;
+                (kernel, Source::Compiled)
             }
         };
         let kernel = Arc::new(kernel);
@@ -173,22 +176,24 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
     })
 }
 
-/// A kernel compiled from scratch, with its stage timings and dump files.
-struct Build {
-    kernel: Kernel,
-    timings: Timings,
-    dumped: Vec<PathBuf>,
+/// The timing of machine code emission (and, for a loaded kernel, linking).
+const CODEGEN: &str = "codegen";
+
+/// A kernel's objects compiled from scratch, with its stage timings and dump files.
+pub struct Build {
+    /// Relocatable objects for the target, one per part of the module.
+    pub objects: Vec<Vec<u8>>,
+    pub timings: Timings,
+    pub dumped: Vec<PathBuf>,
+    /// Optimisation stages skipped (the kernel is correct but slower).
+    pub warnings: Vec<String>,
 }
 
-/// Lowers, runs the pipeline's stages, emits and links machine code, and stores the objects in
-/// the disk cache (if there is one).
-fn build(
-    graph: &Graph,
-    json: Option<&str>,
-    options: &Options,
-    key: &cache::Key,
-    warnings: &mut Vec<String>,
-) -> Result<Build> {
+/// Lowers, runs the pipeline's stages and emits machine code for `options.target`, which need
+/// not be this host: nothing is loaded or run, and no cache is read or written. With a dump
+/// directory every stage's IR and the LLVM IR are written there, so that another machine's
+/// compile can be reproduced and inspected anywhere.
+pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Build> {
     let dumps = options.dump_dir.as_ref().map(|dir| Dumps {
         dir: dir.clone(),
         graph: graph.name.clone(),
@@ -207,7 +212,7 @@ fn build(
     let start = Instant::now();
     let mut module = {
         let _s = tracing::debug_span!("lower").entered();
-        crate::lower::lower_graph(&context, graph)?
+        crate::lower::lower_graph(&context, graph, &options.target)?
     };
     pipeline::verify(&context, &module, &graph.name)?;
     timings.push(("lower".to_string(), start.elapsed()));
@@ -221,11 +226,9 @@ fn build(
         stages,
         dumps.as_ref(),
         1,
-        options.threads,
+        &options.target,
     )?;
     timings.extend(ran.timings);
-    let degraded = !ran.skipped.is_empty();
-    warnings.extend(ran.skipped);
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
             // Written unless the transform script could not be built.
@@ -239,17 +242,52 @@ fn build(
 
     let arg_count = graph.inputs.len() + graph.outputs.len();
     let _s = tracing::debug_span!("jit").entered();
-    let (objects, jt) = jit::compile(&module, &graph.name, arg_count, dumps.as_ref())?;
+    let (objects, jt) = jit::compile(
+        &module,
+        &graph.name,
+        arg_count,
+        dumps.as_ref(),
+        &options.target,
+    )?;
     if let Some(d) = &dumps {
         dumped.push(d.path("ll"));
     }
-    let start = Instant::now();
-    let kernel = jit::load(&objects)?;
     timings.push(("translate".to_string(), jt.translate));
     // Wall times: a large module is optimised and compiled in parts, in parallel.
     timings.push(("llvm-opt".to_string(), jt.optimize));
+    // Object emission (to which loading adds linking).
+    timings.push((CODEGEN.to_string(), jt.codegen));
+    Ok(Build {
+        objects,
+        timings,
+        dumped,
+        warnings: ran.skipped,
+    })
+}
+
+/// [`build`], then links the objects into a kernel and stores them in the disk cache (if
+/// there is one).
+fn build_and_load(
+    graph: &Graph,
+    json: Option<&str>,
+    options: &Options,
+    key: &cache::Key,
+    warnings: &mut Vec<String>,
+) -> Result<(Kernel, Timings, Vec<PathBuf>)> {
+    let Build {
+        objects,
+        mut timings,
+        dumped,
+        warnings: skipped,
+    } = build(graph, json, options)?;
+    let degraded = !skipped.is_empty();
+    warnings.extend(skipped);
+    let start = Instant::now();
+    let kernel = jit::load(&objects)?;
     // Object emission and linking: `codegen` ends with callable machine code.
-    timings.push(("codegen".to_string(), jt.codegen + start.elapsed()));
+    if let Some((_, codegen)) = timings.iter_mut().find(|(stage, _)| stage == CODEGEN) {
+        *codegen += start.elapsed();
+    }
     // A kernel built with a stage skipped is not stored: every new process compiles it again
     // and reports why it is slower.
     if let (Some(dir), false) = (&options.cache_dir, degraded) {
@@ -257,11 +295,7 @@ fn build(
         cache::store(dir, key, &objects, warnings);
         timings.push(("cache-store".to_string(), start.elapsed()));
     }
-    Ok(Build {
-        kernel,
-        timings,
-        dumped,
-    })
+    Ok((kernel, timings, dumped))
 }
 
 impl CompiledGraph {
