@@ -47,8 +47,9 @@ build: venv
 demo: setup
 	$(PY) -m fxmlir.demo
 
-## test: cargo tests, the lit suite, the Python suite, and the generated docs are current.
-test: setup test-rust test-lit test-python test-docs
+## test: the lints, cargo tests, the lit suite, the Python suite, and the generated docs are
+## current.
+test: setup lint test-rust test-lit test-python test-docs
 
 test-rust:
 	cargo test --release -q
@@ -71,7 +72,8 @@ op-support:
 bench: setup
 	$(PY) benches/run.py $(BENCH_ARGS)
 
-lint:
+## lint: ruff, rustfmt, clippy (warnings are errors) and rustdoc; part of `make test`.
+lint: setup
 	$(VENV)/bin/ruff check python benches lit-tests
 	$(VENV)/bin/ruff format --check python benches lit-tests
 	cargo fmt --check

@@ -2,7 +2,7 @@
 //! take it as an argument and never look at the machine they run on. [`Target::host`] (the
 //! default) is the one place that reads the host: LLVM's host CPU name and feature string, and
 //! the level-2 cache size from Linux's sysfs. Any other target is spelled as a *spec*
-//! ([`Target::parse`]): a base (`host`, a named CPU from [`CPUS`], or a generic x86-64 level)
+//! ([`Target::parse`]): a base (`host`, a named CPU from `CPUS`, or a generic x86-64 level)
 //! followed by comma-separated changes: `+feature`/`-feature`, `l2=<size>`, `threads=<n>`.
 //!
 //! ```text
@@ -97,6 +97,9 @@ struct Cpu {
     /// code runs on every host that has them.
     generic: bool,
 }
+
+/// The triple of named CPUs' code: fxmlir runs on x86-64 Linux (LLVM's default triple there).
+const NAMED_TRIPLE: &str = "x86_64-pc-linux-gnu";
 
 const KIB: i64 = 1 << 10;
 const MIB: i64 = 1 << 20;
@@ -366,7 +369,7 @@ impl Target {
                     )
                 })?;
                 Target {
-                    triple: "x86_64-unknown-linux-gnu".to_string(),
+                    triple: NAMED_TRIPLE.to_string(),
                     cpu: cpu.name.to_string(),
                     llvm_features: String::new(),
                     features: cpu.features.to_vec(),
@@ -467,7 +470,7 @@ impl Target {
         &self.features
     }
 
-    /// Whether the target has `feature` (an LLVM feature name from [`FEATURES`]).
+    /// Whether the target has `feature` (an LLVM feature name from `FEATURES`).
     pub fn has(&self, feature: &str) -> bool {
         self.features.contains(&feature)
     }

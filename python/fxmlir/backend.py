@@ -134,7 +134,7 @@ class GraphCompiler:
         self.cache_dir = cache_dir
         self.target = target
         #: The complete spec of the target of the last compile started (see ``_start``).
-        self.target_spec = 
+        self.target_spec = ""
         self.name = _next_name()
         self.dynamic = interchange.is_dynamic(gm)
         self.specialized: dict[tuple, runtime.CompiledGraph] = {}
@@ -302,6 +302,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     return _compile(gm, hoist.static_inputs(gm))
 
 
+def _checked_target(spec: str) -> str:
+    """``spec`` if it names a target whose code runs here; else ``TargetError``, whatever the
+    fallback mode: a target that cannot be compiled for is a setting to fix, not an op to run
+    eagerly."""
+    reason = _fxmlir.target_info(spec)["runs_here"]
+    if reason is not None:
+        raise _fxmlir.TargetError(f"fxmlir.config.target: {reason}")
+    return spec
+
+
 def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     """A boxed callable for the functional ATen graph ``gm`` whose inputs at positions
     ``static`` are parameters or buffers.
@@ -318,7 +328,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     strict = config.check_fallback() == "error"
     supported = supported_ops()
     pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
-    target = config.target
+    target = _checked_target(config.target)
     background = config.background and not strict
 
     def partitioned() -> Callable:

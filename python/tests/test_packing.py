@@ -36,11 +36,16 @@ CASES = {
     "mm_bf16": (lambda a, b: a @ b, [(32, 2048), (2048, 512)], torch.bfloat16),
 }
 
+#: The CPU the products compile for: this host without AVX512-BF16's dot product, with which
+#: bf16 products would become pairs (packed by the lowering, not the schedule). Removing a
+#: feature keeps the kernels runnable on every host.
+PACKING = "host,-avx512bf16"
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_packed_products_match_eager(name, threads, tmp_path):
     fn, shapes, dtype = CASES[name]
-    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path)
+    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path, target=PACKING)
     rtol, atol = TOLERANCE[dtype]
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     scripts = "".join(

@@ -68,6 +68,10 @@ fn run(cli: Cli) -> Result<bool> {
         }
         return Ok(true);
     }
+    // A bad `--target` is one error, not one per chunk.
+    if let Some(spec) = &cli.target {
+        Target::parse(spec)?;
+    }
     let mut text = String::new();
     if cli.input.as_os_str() == "-" {
         std::io::stdin().read_to_string(&mut text)?;

@@ -47,6 +47,12 @@ enum Command {
     },
     /// List the ATen overloads with a registered lowering.
     Ops,
+    /// Describe a target: what fxmlir makes of a spec, and whether this host runs its code.
+    Target {
+        /// `host`, a named CPU or either with changes (see `compile --target`). Default:
+        /// `FXMLIR_TARGET`, else the host.
+        spec: Option<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -152,6 +158,16 @@ fn run(cli: Cli) -> Result<()> {
             let compiled = fxmlir::compile(&graph, Some(&text), &options)?;
             print_timings(&compiled);
             run_random(&compiled, &graph, seed, repeat)?;
+        }
+        Command::Target { spec } => {
+            let target = cli_target(spec.as_deref(), None)?;
+            println!("target: {}", target.summary());
+            println!("spec: {}", target.describe());
+            println!("llvm: {} {} {}", target.triple, target.cpu, target.llvm_features);
+            match target.check_runs_here() {
+                Ok(()) => println!("runs here: yes"),
+                Err(reason) => println!("runs here: no: {reason}"),
+            }
         }
         Command::Ops => {
             for (op, family) in fxmlir::supported_ops()? {
