@@ -6,14 +6,17 @@
 //! [`target`] (the CPU a compile is for) is an input to every layer, never read deep inside.
 
 pub mod context;
+pub mod dumps;
 pub mod error;
 pub mod graph;
 pub mod jit;
+pub mod libmvec;
 pub mod logging;
 pub mod lower;
 pub mod pipeline;
 pub mod runtime;
 pub mod target;
+pub mod tuning;
 
 #[cfg(feature = "python")]
 mod python;

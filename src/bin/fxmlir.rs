@@ -163,7 +163,10 @@ fn run(cli: Cli) -> Result<()> {
             let target = cli_target(spec.as_deref(), None)?;
             println!("target: {}", target.summary());
             println!("spec: {}", target.describe());
-            println!("llvm: {} {} {}", target.triple, target.cpu, target.llvm_features);
+            println!(
+                "llvm: {} {} {}",
+                target.triple, target.cpu, target.llvm_features
+            );
             match target.check_runs_here() {
                 Ok(()) => println!("runs here: yes"),
                 Err(reason) => println!("runs here: no: {reason}"),

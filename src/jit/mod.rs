@@ -21,8 +21,8 @@ pub use abi::{Descriptors, EntryFn};
 /// quarter of the main thread's.
 pub const COMPILE_STACK: usize = 16 << 20;
 
+use crate::dumps::Dumps;
 use crate::error::{Error, Result};
-use crate::pipeline::Dumps;
 use crate::target::Target;
 use inkwell::{
     AddressSpace, OptimizationLevel,

@@ -18,11 +18,12 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
-use super::linear::{WHOLE_COLUMNS, first_entries, pad_to_multiple, pair_product};
+use super::linear::{first_entries, pad_to_multiple, pair_product};
 use super::resize::{affine, check_shape, dims, place};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
+use crate::tuning::PAIR_LANES;
 use melior::ir::Value;
 
 /// Input and output channels per group from which a grouped convolution is a batched matrix
@@ -383,7 +384,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
         dtype: DType::Bfloat16,
     };
     let patches = ctx.reshape(&patches, &[taps, columns, 2])?;
-    let patches = pad_to_multiple(ctx, &patches, 1, WHOLE_COLUMNS)?;
+    let patches = pad_to_multiple(ctx, &patches, 1, PAIR_LANES)?;
     let weight = ctx.reshape(&pairs, &[out_channels, taps, 2])?;
     let product = first_entries(ctx, &pair_product(ctx, &weight, &patches)?, 1, columns)?;
     // [oc, (n, o…)] is the result for one image; several are [n, oc, o…] read from [oc, n, o…].
@@ -558,7 +559,7 @@ fn im2col_product<'c, 'a>(
     } else {
         gathered_patches(ctx, geo, padded, &lead, acc)?
     };
-    let patches = pad_to_multiple(ctx, &patches, g + 1, WHOLE_COLUMNS)?;
+    let patches = pad_to_multiple(ctx, &patches, g + 1, PAIR_LANES)?;
     let rows = geo.out_channels / geo.groups;
     let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;

@@ -328,12 +328,7 @@ fn read_through<'c, 'a>(
     if shape.contains(&0) {
         return ctx.e.empty(shape, x.dtype);
     }
-    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
-    let read = format!(
-        "affine_map<({}) -> ({})>",
-        dims.join(", "),
-        exprs.join(", ")
-    );
+    let read = crate::pipeline::ir::maps::affine_map(rank, exprs);
     let init = ctx.e.empty(shape, x.dtype)?;
     let results = ctx.e.generic(
         &[(x.value, read)],

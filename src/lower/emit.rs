@@ -4,6 +4,7 @@
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::DType;
+use crate::pipeline::ir::maps;
 use melior::{
     Context,
     ir::{
@@ -80,22 +81,15 @@ pub fn memref_type_text(shape: &[i64], strides: &[i64], dtype: DType) -> String 
     }
 }
 
+pub use crate::pipeline::ir::maps::identity_map;
+
 /// An affine map over `rank` loop dimensions; `None` entries are the constant 0 (a broadcast).
 pub fn affine_map(rank: usize, results: &[Option<usize>]) -> String {
-    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
     let results: Vec<String> = results
         .iter()
-        .map(|r| r.map_or("0".to_string(), |d| format!("d{d}")))
+        .map(|r| r.map_or("0".to_string(), maps::dim))
         .collect();
-    format!(
-        "affine_map<({}) -> ({})>",
-        dims.join(", "),
-        results.join(", ")
-    )
-}
-
-pub fn identity_map(rank: usize) -> String {
-    affine_map(rank, &(0..rank).map(Some).collect::<Vec<_>>())
+    maps::affine_map(rank, &results)
 }
 
 /// The map reading an operand of `shape` broadcast (numpy rules) to `out_shape`.

@@ -601,7 +601,7 @@ fn embedding_bag<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
         };
         let init = ctx.e.empty(&out.shape, dtype)?;
         let work = p.indices.shape[0].saturating_mul(width);
-        let parallel = bags > 1 && work >= crate::pipeline::parallel::MIN_WORK;
+        let parallel = bags > 1 && work >= crate::tuning::MIN_PARALLEL_WORK;
         fill_rows(
             &ctx.e,
             init,

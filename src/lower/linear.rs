@@ -9,9 +9,10 @@ use super::resize::{affine, dims, place};
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
-use crate::pipeline::parallel::MIN_WORK;
-use crate::pipeline::schedule::{BATCHED_PAIR_MAPS, PAIR_MAPS, largest_divisor_at_most};
 use crate::target::Target;
+use crate::tuning::{
+    BATCHED_PAIR_MAPS, MIN_PARALLEL_WORK, PAIR_LANES, PAIR_MAPS, largest_divisor_at_most,
+};
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -133,7 +134,7 @@ fn lower_grouped<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
     };
     let init = ctx.e.empty(&[s, n], out.dtype)?;
     let tiles = s / tile;
-    let parallel = tiles > 1 && s.saturating_mul(k).saturating_mul(n) >= MIN_WORK;
+    let parallel = tiles > 1 && s.saturating_mul(k).saturating_mul(n) >= MIN_PARALLEL_WORK;
     let result = fill_rows(
         &ctx.e,
         init,
@@ -297,13 +298,6 @@ pub(super) fn pair_product<'c, 'a>(
     })
 }
 
-/// A pairs product's right operand gets zero columns up to a multiple of this many, which its
-/// result drops again: its columns come in whole 16-lane dot products (the schedule computes
-/// nothing else with them). A convolution's patch matrix gets them in f32 too: an f32 product
-/// whose columns are whole AVX-512 vectors has no narrow last tile (ResNet's 7 x 7 outputs, 49
-/// columns: 512 x 4608 x 49 took 2.1 ms, padded to 64 columns 0.7 ms).
-pub(super) const WHOLE_COLUMNS: i64 = 16;
-
 /// `t` with dimension `dim` padded with zeros to a multiple of `multiple`.
 pub(super) fn pad_to_multiple<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
@@ -408,7 +402,7 @@ fn computed_pairs<'c, 'a>(
     let a = ctx.reshape(&pad_to_multiple(ctx, a, rank - 1, 2)?, &a_shape)?;
     let lead = rank - 2;
     let mut b_shape = b.shape[..lead].to_vec();
-    b_shape.extend([2 * half, n + (-n).rem_euclid(WHOLE_COLUMNS)]);
+    b_shape.extend([2 * half, n + (-n).rem_euclid(PAIR_LANES)]);
     let b = zero_padded(ctx, b, &b_shape)?;
     // Loops: [batch,] k / 2, n, k % 2.
     let mut read = dims(0..lead);

@@ -44,15 +44,7 @@ pub(super) fn register(r: &mut Registry) {
 
 // ---- shared helpers -----------------------------------------------------------------------
 
-/// `affine_map<(d0, …) -> (exprs…)>`.
-pub(super) fn affine(rank: usize, exprs: &[String]) -> String {
-    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
-    format!(
-        "affine_map<({}) -> ({})>",
-        dims.join(", "),
-        exprs.join(", ")
-    )
-}
+pub(super) use crate::pipeline::ir::maps::affine_map as affine;
 
 /// `d{i}` for each `i`.
 pub(super) fn dims(ids: impl IntoIterator<Item = usize>) -> Vec<String> {

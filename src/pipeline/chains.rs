@@ -27,6 +27,7 @@
 //! could not point the producer at the output buffer, so bufferization gave it a buffer of its
 //! own and copied that into the output.
 
+use super::ir::maps::{affine_map, identity_map};
 use super::outline::{op_name as name, result_owner};
 use super::schedule::{elementwise_maps, map_results, result_dim, static_shape, tensor_shape};
 use crate::error::{Error, Result};
@@ -61,22 +62,6 @@ fn sole_use<'c, 'a>(value: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize
         let user = OperationRef::from_raw(mlirOpOperandGetOwner(first));
         Some((user, mlirOpOperandGetOperandNumber(first) as usize))
     }
-}
-
-/// `affine_map<(d0, ..) -> (results)>` over `rank` loops.
-fn affine_map(rank: usize, results: &[String]) -> String {
-    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
-    format!(
-        "affine_map<({}) -> ({})>",
-        dims.join(", "),
-        results.join(", ")
-    )
-}
-
-/// `affine_map<(d0, ..) -> (d0, ..)>` over `rank` loops.
-pub(super) fn identity(rank: usize) -> String {
-    let dims: Vec<String> = (0..rank).map(|i| format!("d{i}")).collect();
-    affine_map(rank, &dims)
 }
 
 /// The printed indexing maps of a generic, one per operand.
@@ -122,11 +107,11 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
     let inputs = op.operand_count() - 1;
     let mut out = Vec::new();
     for (i, map) in maps(op)?.into_iter().enumerate().take(inputs) {
-        if map == identity(own.len()) {
+        if map == identity_map(own.len()) {
             if tensor_shape(op.operand(i).ok()?)?.0 != own {
                 return None;
             }
-            out.push(identity(shape.len()));
+            out.push(identity_map(shape.len()));
             continue;
         }
         let mut results = Vec::new();
@@ -323,7 +308,7 @@ fn fold_one<'c, 'a>(
             let operand = consumer.operand(i).map_err(|e| failure(e.to_string()))?;
             let value = if i == feed {
                 head
-            } else if consumer_maps[i] == identity(shape.len())
+            } else if consumer_maps[i] == identity_map(shape.len())
                 && tensor_shape(operand).is_some_and(|(s, _)| s == own)
             {
                 builder.reshape(operand, &shape)?
@@ -373,7 +358,7 @@ fn fold_one<'c, 'a>(
     };
     let count = operands.len();
     operands.push(init);
-    map_texts.push(identity(shape.len()));
+    map_texts.push(identity_map(shape.len()));
     types.push(consumer_arguments[inputs]);
 
     let region = Region::new();
@@ -491,7 +476,7 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         }
         let op_maps = if reshapes.is_empty() {
             let own_maps = maps(&op).unwrap_or_default();
-            let direct = own_maps.get(feed) == Some(&identity(shape.len()))
+            let direct = own_maps.get(feed) == Some(&identity_map(shape.len()))
                 && tensor_shape(op.result(0).map_err(|e| failure(e.to_string()))?.into())
                     .is_some_and(|(s, _)| s == shape);
             if !direct {
@@ -511,7 +496,7 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
             }
         };
         // The chain's value replaces the fed operand, so that operand must be read whole.
-        if op_maps.get(feed) != Some(&identity(shape.len())) {
+        if op_maps.get(feed) != Some(&identity_map(shape.len())) {
             break;
         }
         head = fold_one(context, previous, head, op, feed, op_maps)?;

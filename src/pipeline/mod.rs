@@ -6,6 +6,7 @@
 //! replays with stock `mlir-opt`), after them it erases the script.
 
 mod chains;
+pub mod ir;
 pub mod outline;
 pub mod pairs;
 pub mod parallel;
@@ -14,6 +15,7 @@ pub mod schedule;
 pub mod vmath;
 pub mod windows;
 
+use crate::dumps::Dumps;
 use crate::error::{Error, Result};
 use crate::target::Target;
 use melior::{
@@ -22,7 +24,6 @@ use melior::{
     pass::PassManager,
 };
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -230,27 +231,6 @@ pub fn named(name: &str) -> Result<&'static [Stage]> {
                     .join(", ")
             ),
         })
-}
-
-/// Where dumps go, and the prefix of their file names (`<dir>/<graph>.NN-stage.mlir`).
-#[derive(Debug, Clone)]
-pub struct Dumps {
-    pub dir: PathBuf,
-    pub graph: String,
-}
-
-impl Dumps {
-    pub fn path(&self, suffix: &str) -> PathBuf {
-        self.dir.join(format!("{}.{suffix}", self.graph))
-    }
-
-    pub fn write(&self, suffix: &str, text: &str) -> Result<PathBuf> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| Error::io(self.dir.display().to_string(), e))?;
-        let path = self.path(suffix);
-        std::fs::write(&path, text).map_err(|e| Error::io(path.display().to_string(), e))?;
-        Ok(path)
-    }
 }
 
 /// Collects the context's diagnostics while it is alive.

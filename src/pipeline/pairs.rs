@@ -8,7 +8,8 @@
 //! the schedule stage: the read becomes a one-dimensional read of the operand with its last two
 //! dimensions collapsed, shaped back for its users.
 
-use super::chains::{Builder, identity};
+use super::chains::Builder;
+use super::ir::maps::identity_map;
 use super::outline::op_name;
 use super::schedule::tensor_shape;
 use super::windows::constant;
@@ -58,7 +59,7 @@ fn pair_read(op: &OperationRef) -> Option<Vec<i64>> {
     let leading_units = vector.len() == rank && vector[..rank - 2].iter().all(|&d| d == 1);
     let in_place = op
         .attribute("permutation_map")
-        .is_ok_and(|m| m.to_string() == identity(rank))
+        .is_ok_and(|m| m.to_string() == identity_map(rank))
         && op
             .attribute("in_bounds")
             .is_ok_and(|b| b.to_string() == all_in_bounds(rank));
@@ -115,7 +116,7 @@ fn flatten<'c, 'a>(context: &'c Context, read: OperationRef<'c, 'a>, shape: &[i6
         &operands,
         flat_type,
         &[
-            ("permutation_map", identity(rank - 1)),
+            ("permutation_map", identity_map(rank - 1)),
             ("in_bounds", all_in_bounds(rank - 1)),
             (
                 "operandSegmentSizes",

@@ -17,6 +17,7 @@ use super::schedule::{
 };
 use crate::error::Result;
 use crate::target::Target;
+use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK};
 use melior::{
     Context,
     ir::{
@@ -29,19 +30,6 @@ use std::fmt::Write as _;
 
 /// Discardable attribute naming an op to split across threads (value: its index).
 pub const TAG: &str = "fxmlir.parallel";
-
-/// Loop iterations (the product of all loop ranges) below which an op stays on one thread:
-/// starting a parallel region costs a few microseconds, which small ops do not repay. Timed
-/// alone, interleaved, two threads against one, on 512-wide rows: `x * 2 + 1` took 3% longer
-/// split at 32768 elements and 10% less at 65536; a layer norm 7-130% longer at 32768 and about
-/// the same at 65536; a column sum 15-80% longer at 32768.
-pub const MIN_WORK: i64 = 1 << 16;
-
-/// The same for an op whose body calls a `math` function (`exp`, `erf`, `tanh`, ...: a libm or
-/// libmvec call), which pays for the region sooner: `exp` took 16-24% less time split at 32768
-/// elements, GELU 22-36% less. At 16384 the split still won for GELU (6-28%) but moved from 8%
-/// faster to 24% slower for `exp` between runs, so it is not taken.
-pub const MIN_MATH_WORK: i64 = 1 << 15;
 
 /// One op to split: the position of the loop to split and into how many chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +161,11 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
 fn min_work(op: &OperationRef) -> i64 {
     let calls_math =
         body_ops(op).is_some_and(|ops| ops.iter().any(|inner| op_name(inner).starts_with("math.")));
-    if calls_math { MIN_MATH_WORK } else { MIN_WORK }
+    if calls_math {
+        MIN_PARALLEL_MATH_WORK
+    } else {
+        MIN_PARALLEL_WORK
+    }
 }
 
 /// The loops of a structured op fxmlir emits: generics from their maps; `linalg.fill`,
@@ -277,7 +269,7 @@ fn flattens(op: &OperationRef) -> bool {
     let Some(&inner) = ranges.last() else {
         return false;
     };
-    let identity = crate::lower::emit::identity_map(rank);
+    let identity = super::ir::maps::identity_map(rank);
     let maps = op
         .attribute("indexing_maps")
         .ok()
@@ -416,52 +408,60 @@ mod tests {
     fn splits_the_outermost_parallel_loop_of_large_nests() {
         let par = [true, true];
         assert_eq!(
-            choose(&[512, 1024], &par, MIN_WORK, 2),
+            choose(&[512, 1024], &par, MIN_PARALLEL_WORK, 2),
             Some(Split { dim: 0, chunks: 2 })
         );
         // A unit batch is skipped; a reduction is never split.
         assert_eq!(
-            choose(&[1, 64, 1024], &[true, true, true], MIN_WORK, 4),
+            choose(&[1, 64, 1024], &[true, true, true], MIN_PARALLEL_WORK, 4),
             Some(Split { dim: 1, chunks: 4 })
         );
         assert_eq!(
-            choose(&[64, 2048], &[false, true], MIN_WORK, 2),
+            choose(&[64, 2048], &[false, true], MIN_PARALLEL_WORK, 2),
             Some(Split { dim: 1, chunks: 2 })
         );
         // A loop that would leave threads idle or one thread with most of the work gives way
         // to an inner one that spreads evenly.
         assert_eq!(
-            choose(&[3, 65536], &par, MIN_WORK, 8),
+            choose(&[3, 65536], &par, MIN_PARALLEL_WORK, 8),
             Some(Split { dim: 1, chunks: 8 })
         );
         assert_eq!(
-            choose(&[3, 3, 8, 1024], &[true; 4], MIN_WORK, 2),
+            choose(&[3, 3, 8, 1024], &[true; 4], MIN_PARALLEL_WORK, 2),
             Some(Split { dim: 2, chunks: 2 })
         );
         assert_eq!(
-            choose(&[17, 4096], &par, MIN_WORK, 2),
+            choose(&[17, 4096], &par, MIN_PARALLEL_WORK, 2),
             Some(Split { dim: 0, chunks: 2 })
         );
         // None spreads evenly: the one that spreads best, the outermost of equals; fewer
         // iterations than threads give one chunk per iteration.
         assert_eq!(
-            choose(&[3, 5, 7, 3000], &[true, true, true, false], MIN_WORK, 4),
+            choose(
+                &[3, 5, 7, 3000],
+                &[true, true, true, false],
+                MIN_PARALLEL_WORK,
+                4
+            ),
             Some(Split { dim: 2, chunks: 4 })
         );
         assert_eq!(
-            choose(&[3, 3, 65536], &[true, true, false], MIN_WORK, 8),
+            choose(&[3, 3, 65536], &[true, true, false], MIN_PARALLEL_WORK, 8),
             Some(Split { dim: 0, chunks: 3 })
         );
         // 32768 iterations of plain arithmetic stay on one thread; calling a math function,
         // they are split.
-        assert_eq!(choose(&[64, 512], &par, MIN_WORK, 2), None);
+        assert_eq!(choose(&[64, 512], &par, MIN_PARALLEL_WORK, 2), None);
         assert_eq!(
-            choose(&[64, 512], &par, MIN_MATH_WORK, 2),
+            choose(&[64, 512], &par, MIN_PARALLEL_MATH_WORK, 2),
             Some(Split { dim: 0, chunks: 2 })
         );
         // Small nests, one thread, all-reduction nests: no split.
-        assert_eq!(choose(&[16, 16], &par, MIN_WORK, 2), None);
-        assert_eq!(choose(&[512, 1024], &par, MIN_WORK, 1), None);
-        assert_eq!(choose(&[512, 1024], &[false, false], MIN_WORK, 2), None);
+        assert_eq!(choose(&[16, 16], &par, MIN_PARALLEL_WORK, 2), None);
+        assert_eq!(choose(&[512, 1024], &par, MIN_PARALLEL_WORK, 1), None);
+        assert_eq!(
+            choose(&[512, 1024], &[false, false], MIN_PARALLEL_WORK, 2),
+            None
+        );
     }
 }

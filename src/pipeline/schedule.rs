@@ -19,6 +19,9 @@
 use super::{chains, outline};
 use crate::error::{Error, Result};
 use crate::target::Target;
+use crate::tuning::{
+    BATCHED_PAIR_MAPS, MIN_PARALLEL_PRODUCT_WORK, PAIR_LANES, PAIR_MAPS, largest_divisor_at_most,
+};
 use melior::{
     Context,
     ir::{
@@ -78,18 +81,6 @@ impl Element {
         }
     }
 }
-
-/// The indexing maps of `fxmlir.mm_pairs`' `linalg.contract` (loops `m, n, k, pair`), as the
-/// lowering builds them and as the schedule recognises them.
-pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>]";
-
-/// The same over a batch (loops `batch, m, n, k, pair`): bf16 batched products of two
-/// computed operands, such as attention's (see `lower::linear::computed_pairs`).
-pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]";
-
-/// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
-/// the columns of a pairs product's register tile come in groups of this many.
-const PAIR_LANES: i64 = 16;
 
 /// One static contraction: `[batch x] m x k` times `[batch x] k x n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,14 +146,6 @@ const LEFT_BLOCK_L1: i64 = 64 << 10;
 const KC_MIN: i64 = 16;
 const KC_MAX: i64 = 512;
 const KC_BYTES: i64 = 1024;
-
-/// The largest divisor of `n` that is at most `limit` (at least 1).
-pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
-    (1..=limit.min(n).max(1))
-        .rev()
-        .find(|d| n % d == 0)
-        .unwrap_or(1)
-}
 
 /// Tile sizes for `p` on `target`.
 pub fn choose(p: &Problem, target: &Target) -> Tiles {
@@ -263,11 +246,6 @@ pub fn choose(p: &Problem, target: &Target) -> Tiles {
     }
 }
 
-/// Multiply-adds below which a product stays on one thread. Timed alone on two threads
-/// against one: products of 2^18 multiply-adds (attention's `8 x 32 x 32 x 32`) took 20% longer
-/// split, of 2^19 (`64 x 128 x 64`) 3-6% longer, of 2^20 (`64 x 128 x 128`) 15-18% less time.
-pub const PARALLEL_MIN_WORK: i64 = 1 << 20;
-
 /// A product cut into one equal chunk per thread: `tile_using_forall` sizes over its parallel
 /// loops (`[batch,] m, n`), and the problem each chunk solves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,7 +260,7 @@ pub struct Chunks {
 /// `None` for one thread, small products and shapes no such cut fits.
 pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
-    if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < PARALLEL_MIN_WORK {
+    if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < MIN_PARALLEL_PRODUCT_WORK {
         return None;
     }
     let lead = usize::from(p.batch.is_some());
@@ -603,7 +581,7 @@ pub(super) fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool
     }
     let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
     let rank = shape.len();
-    let identity = crate::lower::emit::identity_map(rank);
+    let identity = super::ir::maps::identity_map(rank);
     let maps = (0..maps.len())
         .map(|i| maps.element(i).map(|m| m.to_string()))
         .collect::<std::result::Result<Vec<_>, _>>()

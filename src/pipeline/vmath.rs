@@ -13,7 +13,7 @@ use super::outline::op_name;
 use super::pairs::vector_shape;
 use super::schedule::{items, list};
 use crate::error::{Error, Result};
-use crate::jit::veclib;
+use crate::libmvec;
 use crate::target::Target;
 use melior::{
     Context, IrRewriter,
@@ -63,7 +63,7 @@ fn plan(op: &OperationRef, target: &Target) -> Option<Planned> {
         "f64" => 64,
         _ => return None,
     };
-    let (callee, lanes, arity) = veclib::row_variant(base, bits, *shape.last()?, target)?;
+    let (callee, lanes, arity) = libmvec::row_variant(base, bits, *shape.last()?, target)?;
     (op.operand_count() == arity).then_some(Planned {
         shape,
         element,

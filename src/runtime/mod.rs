@@ -5,10 +5,11 @@
 pub mod cache;
 pub mod dlpack;
 
+use crate::dumps::Dumps;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
-use crate::pipeline::{self, Dumps};
+use crate::pipeline;
 use crate::target::Target;
 use std::path::PathBuf;
 use std::sync::Arc;

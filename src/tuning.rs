@@ -1,0 +1,46 @@
+//! Decisions the lowering and the pipeline share: the layout of bf16 pair products (built by
+//! the lowering, recognised by the schedule), the vector width they come in, and the work
+//! below which an op stays on one thread. A leaf, so that neither layer reaches into the
+//! other for them.
+
+/// The indexing maps of `fxmlir.mm_pairs`' `linalg.contract` (loops `m, n, k, pair`), as the
+/// lowering builds them and as the schedule recognises them.
+pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>]";
+
+/// The same over a batch (loops `batch, m, n, k, pair`): bf16 batched products of two
+/// computed operands, such as attention's (see `lower::linear::computed_pairs`).
+pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]";
+
+/// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
+/// the columns of a pairs product's register tile come in groups of this many, and its right
+/// operand gets zero columns up to a multiple of it, which its result drops again. A
+/// convolution's patch matrix gets them in f32 too: an f32 product whose columns are whole
+/// AVX-512 vectors has no narrow last tile (ResNet's 7 x 7 outputs, 49 columns: 512 x 4608 x 49
+/// took 2.1 ms, padded to 64 columns 0.7 ms).
+pub const PAIR_LANES: i64 = 16;
+
+/// Loop iterations (the product of all loop ranges) below which an op stays on one thread:
+/// starting a parallel region costs a few microseconds, which small ops do not repay. Timed
+/// alone, interleaved, two threads against one, on 512-wide rows: `x * 2 + 1` took 3% longer
+/// split at 32768 elements and 10% less at 65536; a layer norm 7-130% longer at 32768 and about
+/// the same at 65536; a column sum 15-80% longer at 32768.
+pub const MIN_PARALLEL_WORK: i64 = 1 << 16;
+
+/// The same for an op whose body calls a `math` function (`exp`, `erf`, `tanh`, ...: a libm or
+/// libmvec call), which pays for the region sooner: `exp` took 16-24% less time split at 32768
+/// elements, GELU 22-36% less. At 16384 the split still won for GELU (6-28%) but moved from 8%
+/// faster to 24% slower for `exp` between runs, so it is not taken.
+pub const MIN_PARALLEL_MATH_WORK: i64 = 1 << 15;
+
+/// Multiply-adds below which a product stays on one thread. Timed alone on two threads
+/// against one: products of 2^18 multiply-adds (attention's `8 x 32 x 32 x 32`) took 20% longer
+/// split, of 2^19 (`64 x 128 x 64`) 3-6% longer, of 2^20 (`64 x 128 x 128`) 15-18% less time.
+pub const MIN_PARALLEL_PRODUCT_WORK: i64 = 1 << 20;
+
+/// The largest divisor of `n` that is at most `limit` (at least 1).
+pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
+    (1..=limit.min(n).max(1))
+        .rev()
+        .find(|d| n % d == 0)
+        .unwrap_or(1)
+}
