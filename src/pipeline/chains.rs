@@ -27,42 +27,24 @@
 //! could not point the producer at the output buffer, so bufferization gave it a buffer of its
 //! own and copied that into the output.
 
+use super::ir::builder::Builder;
 use super::ir::maps::{affine_map, identity_map};
-use super::outline::{op_name as name, result_owner};
-use super::schedule::{elementwise_maps, map_results, result_dim, static_shape, tensor_shape};
+use super::ir::maps::{elementwise_maps, map_results, result_dim};
+use super::ir::ops::{op_name as name, result_owner, sole_use, static_shape, tensor_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
     ir::{
-        Attribute, Block, BlockLike, BlockRef, Identifier, Location, Module, Operation,
-        OperationRef, Region, RegionLike, Type, Value, ValueLike,
-        operation::{OperationBuilder, OperationLike},
-        r#type::MemRefType,
+        Block, BlockLike, BlockRef, Location, Module, OperationRef, Region, RegionLike, Type,
+        Value, ValueLike, operation::OperationLike, r#type::MemRefType,
     },
 };
-use mlir_sys::{
-    mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
-    mlirOpOperandIsNull, mlirOperationSetOperand, mlirValueGetFirstUse,
-};
+use mlir_sys::{mlirOpOperandIsNull, mlirOperationSetOperand, mlirValueGetFirstUse};
 
 const RESHAPES: &[&str] = &["tensor.collapse_shape", "tensor.expand_shape"];
 
-fn failure(message: String) -> Error {
-    Error::stage("schedule", message)
-}
-
-/// The only use of `value`: its user and the operand's index; `None` for none or several.
-fn sole_use<'c, 'a>(value: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)> {
-    // SAFETY: `value` is live; a use list ends with a null use; the owner of a use is a live op.
-    unsafe {
-        let first = mlirValueGetFirstUse(value.to_raw());
-        if mlirOpOperandIsNull(first) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(first)) {
-            return None;
-        }
-        let user = OperationRef::from_raw(mlirOpOperandGetOwner(first));
-        Some((user, mlirOpOperandGetOperandNumber(first) as usize))
-    }
-}
+/// The stage whose hook runs this module's rewrites: its errors name it.
+const STAGE: &str = "schedule";
 
 /// The printed indexing maps of a generic, one per operand.
 fn maps(op: &OperationRef) -> Option<Vec<String>> {
@@ -133,141 +115,13 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
     Some(out)
 }
 
-/// Builds ops before one anchor op of a function body.
-pub(super) struct Builder<'c, 'a> {
-    pub(super) context: &'c Context,
-    pub(super) anchor: OperationRef<'c, 'a>,
-    pub(super) location: Location<'c>,
-}
-
-impl<'c, 'a> Builder<'c, 'a> {
-    fn attribute(&self, text: &str) -> Result<Attribute<'c>> {
-        Attribute::parse(self.context, text)
-            .ok_or_else(|| failure(format!("cannot parse the attribute {text}")))
-    }
-
-    fn insert(&self, op: Operation<'c>) -> Result<OperationRef<'c, 'a>> {
-        let block = self
-            .anchor
-            .block()
-            .ok_or_else(|| failure("an op outside any block".to_string()))?;
-        Ok(block.insert_operation_before(self.anchor, op))
-    }
-
-    pub(super) fn build(
-        &self,
-        op: &str,
-        operands: &[Value<'c, 'a>],
-        result: Type<'c>,
-        attributes: &[(&str, String)],
-        regions: Vec<Region<'c>>,
-    ) -> Result<Value<'c, 'a>> {
-        let attributes = attributes
-            .iter()
-            .map(|(k, v)| Ok((Identifier::new(self.context, k), self.attribute(v)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let built = OperationBuilder::new(op, self.location)
-            .add_operands(operands)
-            .add_results(&[result])
-            .add_attributes(&attributes)
-            .add_regions_vec(regions)
-            .build()
-            .map_err(|e| failure(format!("{op}: {e}")))?;
-        Ok(self
-            .insert(built)?
-            .result(0)
-            .map_err(|e| failure(e.to_string()))?
-            .into())
-    }
-
-    /// `value` (a static tensor) as `shape`: collapsed to 1-D, then expanded.
-    pub(super) fn reshape(&self, value: Value<'c, 'a>, shape: &[i64]) -> Result<Value<'c, 'a>> {
-        let (from, element) = tensor_shape(value)
-            .ok_or_else(|| failure("a reshape of a dynamic tensor".to_string()))?;
-        self.reshape_as("tensor", value, &from, &element, shape)
-    }
-
-    /// `value`, of `kind` (`tensor` or an identity-layout `memref`) with the static shape
-    /// `from`, as `shape`: collapsed to 1-D, then expanded.
-    fn reshape_as(
-        &self,
-        kind: &str,
-        value: Value<'c, 'a>,
-        from: &[i64],
-        element: &str,
-        shape: &[i64],
-    ) -> Result<Value<'c, 'a>> {
-        if from == shape {
-            return Ok(value);
-        }
-        let numel: i64 = from.iter().product();
-        let group = |n: usize| {
-            let dims: Vec<String> = (0..n).map(|i| i.to_string()).collect();
-            format!("[[{}]]", dims.join(", "))
-        };
-        let ty = |dims: &[i64]| {
-            let text: String = dims.iter().map(|d| format!("{d}x")).collect();
-            Type::parse(self.context, &format!("{kind}<{text}{element}>"))
-                .ok_or_else(|| failure(format!("a {kind} of {dims:?}")))
-        };
-        // A 0-d value has no dimension to group: it becomes [1] (and back) by an expand (a
-        // collapse) with no reassociation groups.
-        let expand = |value: Value<'c, 'a>, rank: usize, shape: &[i64]| {
-            let sizes: Vec<String> = shape.iter().map(i64::to_string).collect();
-            let groups = if rank == 0 {
-                "[]".to_string()
-            } else {
-                group(shape.len())
-            };
-            let attributes = [
-                ("reassociation", groups),
-                (
-                    "static_output_shape",
-                    format!("array<i64: {}>", sizes.join(", ")),
-                ),
-            ];
-            self.build(
-                &format!("{kind}.expand_shape"),
-                &[value],
-                ty(shape)?,
-                &attributes,
-                vec![],
-            )
-        };
-        let collapse = |value: Value<'c, 'a>, rank: usize, shape: &[i64]| {
-            let groups = if shape.is_empty() {
-                "[]".to_string()
-            } else {
-                group(rank)
-            };
-            self.build(
-                &format!("{kind}.collapse_shape"),
-                &[value],
-                ty(shape)?,
-                &[("reassociation", groups)],
-                vec![],
-            )
-        };
-        let flat = match from.len() {
-            1 => value,
-            0 => expand(value, 0, &[1])?,
-            rank => collapse(value, rank, &[numel])?,
-        };
-        match shape.len() {
-            1 => Ok(flat),
-            0 => collapse(flat, 1, &[]),
-            _ => expand(flat, 1, shape),
-        }
-    }
-}
-
 /// The block arguments of a generic's body.
 fn arguments<'c, 'a>(op: &OperationRef<'c, 'a>) -> Result<Vec<(Type<'c>, Location<'c>)>> {
     let body = op
         .region(0)
         .ok()
         .and_then(|r| r.first_block())
-        .ok_or_else(|| failure("a generic without a body".to_string()))?;
+        .ok_or_else(|| Error::stage(STAGE, "a generic without a body".to_string()))?;
     Ok((0..body.argument_count())
         .filter_map(|i| body.argument(i).ok())
         .map(|a| (a.r#type(), op.location()))
@@ -286,9 +140,10 @@ fn fold_one<'c, 'a>(
     feed: usize,
     consumer_maps: Vec<String>,
 ) -> Result<Value<'c, 'a>> {
-    let (shape, _) =
-        tensor_shape(head).ok_or_else(|| failure("a chain on a dynamic tensor".to_string()))?;
+    let (shape, _) = tensor_shape(head)
+        .ok_or_else(|| Error::stage(STAGE, "a chain on a dynamic tensor".to_string()))?;
     let builder = Builder {
+        stage: STAGE,
         context,
         anchor: consumer,
         location: consumer.location(),
@@ -297,15 +152,17 @@ fn fold_one<'c, 'a>(
     let (own, _) = tensor_shape(
         consumer
             .result(0)
-            .map_err(|e| failure(e.to_string()))?
+            .map_err(|e| Error::stage(STAGE, e.to_string()))?
             .into(),
     )
-    .ok_or_else(|| failure("a generic with a dynamic result".to_string()))?;
+    .ok_or_else(|| Error::stage(STAGE, "a generic with a dynamic result".to_string()))?;
     // Inputs of the consumer's own shape read with the identity map are reshaped like the
     // chain's value; broadcast and scalar inputs are read as they are.
     let consumer_inputs: Vec<(Value, String)> = (0..inputs)
         .map(|i| {
-            let operand = consumer.operand(i).map_err(|e| failure(e.to_string()))?;
+            let operand = consumer
+                .operand(i)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?;
             let value = if i == feed {
                 head
             } else if consumer_maps[i] == identity_map(shape.len())
@@ -324,12 +181,16 @@ fn fold_one<'c, 'a>(
     let consumer_arguments = arguments(&consumer)?;
     let init = match previous {
         Some(previous) => {
-            let previous_maps =
-                maps(&previous).ok_or_else(|| failure("a generic without maps".to_string()))?;
+            let previous_maps = maps(&previous)
+                .ok_or_else(|| Error::stage(STAGE, "a generic without maps".to_string()))?;
             let count = previous.operand_count() - 1;
             let previous_arguments = arguments(&previous)?;
             for i in 0..count {
-                operands.push(previous.operand(i).map_err(|e| failure(e.to_string()))?);
+                operands.push(
+                    previous
+                        .operand(i)
+                        .map_err(|e| Error::stage(STAGE, e.to_string()))?,
+                );
                 map_texts.push(previous_maps[i].clone());
                 types.push(previous_arguments[i]);
             }
@@ -342,7 +203,7 @@ fn fold_one<'c, 'a>(
             }
             previous
                 .operand(count)
-                .map_err(|e| failure(e.to_string()))?
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?
         }
         None => {
             for (i, (value, map)) in consumer_inputs.into_iter().enumerate() {
@@ -366,7 +227,7 @@ fn fold_one<'c, 'a>(
     let argument = |i: usize| -> Result<Value<'c, '_>> {
         Ok(block
             .argument(i)
-            .map_err(|e| failure(e.to_string()))?
+            .map_err(|e| Error::stage(STAGE, e.to_string()))?
             .into())
     };
     let rewriter = IrRewriter::new(context);
@@ -375,7 +236,7 @@ fn fold_one<'c, 'a>(
         op.region(0)
             .ok()
             .and_then(|r| r.first_block())
-            .ok_or_else(|| failure("a generic without a body".to_string()))
+            .ok_or_else(|| Error::stage(STAGE, "a generic without a body".to_string()))
     };
     // The consumer's arguments: the value fed along the chain, then its own inputs, then the
     // output; `first` is where its own inputs start among the new generic's arguments.
@@ -387,8 +248,10 @@ fn fold_one<'c, 'a>(
             rewriter.merge_blocks(body(&previous)?, block, &values);
             let yield_op = block
                 .terminator()
-                .ok_or_else(|| failure("a generic body without a yield".to_string()))?;
-            let fed = yield_op.operand(0).map_err(|e| failure(e.to_string()))?;
+                .ok_or_else(|| Error::stage(STAGE, "a generic body without a yield".to_string()))?;
+            let fed = yield_op
+                .operand(0)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?;
             rewriter.erase_op(yield_op);
             (Some(fed), count)
         }
@@ -424,7 +287,7 @@ fn fold_one<'c, 'a>(
     let back = builder.reshape(result, &own)?;
     let old: Value = consumer
         .result(0)
-        .map_err(|e| failure(e.to_string()))?
+        .map_err(|e| Error::stage(STAGE, e.to_string()))?
         .into();
     rewriter.replace_all_uses_with(old, back);
     Ok(result)
@@ -444,7 +307,7 @@ fn erase(context: &Context, ops: &[OperationRef]) {
 fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Result<usize> {
     let mut head: Value = product
         .result(0)
-        .map_err(|e| failure(e.to_string()))?
+        .map_err(|e| Error::stage(STAGE, e.to_string()))?
         .into();
     let Some((shape, element)) = tensor_shape(head) else {
         return Ok(0);
@@ -477,15 +340,22 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         let op_maps = if reshapes.is_empty() {
             let own_maps = maps(&op).unwrap_or_default();
             let direct = own_maps.get(feed) == Some(&identity_map(shape.len()))
-                && tensor_shape(op.result(0).map_err(|e| failure(e.to_string()))?.into())
-                    .is_some_and(|(s, _)| s == shape);
+                && tensor_shape(
+                    op.result(0)
+                        .map_err(|e| Error::stage(STAGE, e.to_string()))?
+                        .into(),
+                )
+                .is_some_and(|(s, _)| s == shape);
             if !direct {
                 break;
             }
             if previous.is_none() {
                 // The product's direct consumer: the schedule fuses it as it is.
                 previous = Some(op);
-                head = op.result(0).map_err(|e| failure(e.to_string()))?.into();
+                head = op
+                    .result(0)
+                    .map_err(|e| Error::stage(STAGE, e.to_string()))?
+                    .into();
                 continue;
             }
             own_maps
@@ -561,6 +431,7 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
             continue;
         }
         let builder = Builder {
+            stage: STAGE,
             context,
             anchor: first,
             location: op.location(),

@@ -12,6 +12,7 @@ pub mod pairs;
 pub mod parallel;
 pub mod regions;
 pub mod schedule;
+pub mod transform;
 pub mod vmath;
 pub mod windows;
 
@@ -41,12 +42,12 @@ pub struct Stage {
 pub enum Hook {
     /// Passes only.
     None,
-    /// [`schedule::attach`] before the passes, [`schedule::detach`] and
+    /// [`schedule::attach`] before the passes, [`transform::detach`] and
     /// [`pairs::flatten_reads`] after them. Should the
     /// passes fail, the stage is skipped (the module goes on as it was before the hook, with
     /// the scalar path) with a warning and a reproducer, rather than failing the compile.
     Schedule,
-    /// [`parallel::attach`] before the passes, [`schedule::detach`] after them; skipped on
+    /// [`parallel::attach`] before the passes, [`transform::detach`] after them; skipped on
     /// failure like [`Hook::Schedule`] (the module stays single-threaded).
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
@@ -91,11 +92,11 @@ impl Hook {
     fn finish(self, context: &Context, module: &mut Module, target: &Target) -> Result<()> {
         match self {
             Hook::Schedule => {
-                schedule::detach(module);
+                transform::detach(module, &[schedule::CONTRACTION_TAG, schedule::EPILOGUE_TAG]);
                 let flattened = pairs::flatten_reads(context, module)?;
                 tracing::debug!(reads = flattened, "reads of bf16 pairs flattened");
             }
-            Hook::Parallel => schedule::detach(module),
+            Hook::Parallel => transform::detach(module, &[parallel::TAG]),
             Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
                 let narrowed = regions::narrow(module)?;

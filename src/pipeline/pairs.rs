@@ -8,11 +8,9 @@
 //! the schedule stage: the read becomes a one-dimensional read of the operand with its last two
 //! dimensions collapsed, shaped back for its users.
 
-use super::chains::Builder;
+use super::ir::builder::Builder;
 use super::ir::maps::identity_map;
-use super::outline::op_name;
-use super::schedule::tensor_shape;
-use super::windows::constant;
+use super::ir::ops::{constant, op_name, tensor_shape, vector_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
@@ -22,21 +20,8 @@ use melior::{
     },
 };
 
-fn failure(message: String) -> Error {
-    Error::stage("schedule", message)
-}
-
-/// The static shape of a vector type (`vector<1x16x2xbf16>` → `[1, 16, 2]`) and its element.
-pub(super) fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
-    let text = ty.to_string();
-    let inner = text.strip_prefix("vector<")?.strip_suffix('>')?;
-    let (dims, element) = inner.rsplit_once('x')?;
-    let dims = dims
-        .split('x')
-        .map(|d| d.parse().ok())
-        .collect::<Option<Vec<i64>>>()?;
-    Some((dims, element.to_string()))
-}
+/// The stage whose hook runs this module's rewrites: its errors name it.
+const STAGE: &str = "schedule";
 
 /// `[true, ..., true]` of `rank` entries, as `in_bounds` prints.
 fn all_in_bounds(rank: usize) -> String {
@@ -73,8 +58,12 @@ fn pair_read(op: &OperationRef) -> Option<Vec<i64>> {
 /// Rewrites `read` (see [`pair_read`]) of a tensor of `shape`.
 fn flatten<'c, 'a>(context: &'c Context, read: OperationRef<'c, 'a>, shape: &[i64]) -> Result<()> {
     let rank = shape.len();
-    let operand = |i: usize| read.operand(i).map_err(|e| failure(e.to_string()));
+    let operand = |i: usize| {
+        read.operand(i)
+            .map_err(|e| Error::stage(STAGE, e.to_string()))
+    };
     let builder = Builder {
+        stage: STAGE,
         context,
         anchor: read,
         location: read.location(),
@@ -103,14 +92,17 @@ fn flatten<'c, 'a>(context: &'c Context, read: OperationRef<'c, 'a>, shape: &[i6
     }
     operands.push(column);
     operands.push(operand(rank + 1)?);
-    let old: Value = read.result(0).map_err(|e| failure(e.to_string()))?.into();
-    let (vector, element) =
-        vector_shape(old.r#type()).ok_or_else(|| failure("a read of no vector".to_string()))?;
+    let old: Value = read
+        .result(0)
+        .map_err(|e| Error::stage(STAGE, e.to_string()))?
+        .into();
+    let (vector, element) = vector_shape(old.r#type())
+        .ok_or_else(|| Error::stage(STAGE, "a read of no vector".to_string()))?;
     let mut flat_vector = vector[..rank - 1].to_vec();
     flat_vector[rank - 2] *= 2;
     let dims: String = flat_vector.iter().map(|d| format!("{d}x")).collect();
     let flat_type = Type::parse(context, &format!("vector<{dims}{element}>"))
-        .ok_or_else(|| failure(format!("a vector of {flat_vector:?}")))?;
+        .ok_or_else(|| Error::stage(STAGE, format!("a vector of {flat_vector:?}")))?;
     let flat = builder.build(
         "vector.transfer_read",
         &operands,

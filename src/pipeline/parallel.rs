@@ -10,11 +10,9 @@
 //! short rows whose operands all use the identity map is also flattened into one loop (in each
 //! chunk when it is split), since LLVM vectorises only the innermost loop ([`SHORT_ROWS`]).
 
-use super::outline::op_name;
-use super::schedule::{
-    ANY, append_script, body_ops, handles, has_entry, list, map_results, plain_body, result_dim,
-    script, tag, tensor_shape,
-};
+use super::ir::maps::{body_ops, map_results, plain_body, result_dim};
+use super::ir::ops::{op_name, tensor_shape};
+use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
 use crate::target::Target;
 use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK};

@@ -22,7 +22,7 @@
 //! derives from an argument, the scope of that argument (when it is `noalias`) and, as scopes
 //! it does not alias, those of the other `noalias` arguments.
 
-use super::outline::{op_name, result_owner, within};
+use super::ir::ops::{op_name, result_owner, within};
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
@@ -47,9 +47,8 @@ const LOAD: &str = "llvm.load";
 const STORE: &str = "llvm.store";
 const NOALIAS_ATTRIBUTE: &str = "llvm.noalias";
 
-fn failure(message: String) -> Error {
-    Error::stage("llvm", message)
-}
+/// The stage whose hook runs this module's rewrites: its errors name it.
+const STAGE: &str = "llvm";
 
 /// The op that holds the definition of `value`: its defining op, or for a block argument the
 /// op whose region holds the block.
@@ -65,9 +64,9 @@ fn definition_site(value: Value) -> Option<MlirOperation> {
 fn position(op: &OperationRef) -> Result<Vec<i64>> {
     let list = op
         .attribute("position")
-        .map_err(|e| failure(format!("{}: {e}", op_name(op))))?;
+        .map_err(|e| Error::stage(STAGE, format!("{}: {e}", op_name(op))))?;
     let list = DenseI64ArrayAttribute::try_from(list)
-        .map_err(|e| failure(format!("{}: {e}", op_name(op))))?;
+        .map_err(|e| Error::stage(STAGE, format!("{}: {e}", op_name(op))))?;
     Ok((0..list.len())
         .filter_map(|i| list.element(i).ok())
         .collect())
@@ -90,7 +89,7 @@ fn inserted<'c: 'a, 'a>(
         }
         aggregate = insert
             .operand(0)
-            .map_err(|e| failure(format!("{INSERT}: {e}")))?;
+            .map_err(|e| Error::stage(STAGE, format!("{INSERT}: {e}")))?;
     }
     Ok(None)
 }
@@ -109,7 +108,7 @@ fn erase_unused_chain<'c: 'a, 'a>(mut value: Value<'c, 'a>) -> Result<()> {
         let container = (op_name(&op) == INSERT)
             .then(|| op.operand(0))
             .transpose()
-            .map_err(|e| failure(format!("{INSERT}: {e}")))?;
+            .map_err(|e| Error::stage(STAGE, format!("{INSERT}: {e}")))?;
         // SAFETY: `op` is live and its result has no uses; nothing refers to it after.
         unsafe { mlirOperationDestroy(op.to_raw()) };
         match container {
@@ -158,10 +157,10 @@ pub fn narrow(module: &mut Module) -> Result<usize> {
             let op = unsafe { OperationRef::from_raw(read) };
             let aggregate = op
                 .operand(0)
-                .map_err(|e| failure(format!("{EXTRACT}: {e}")))?;
+                .map_err(|e| Error::stage(STAGE, format!("{EXTRACT}: {e}")))?;
             let result = op
                 .result(0)
-                .map_err(|e| failure(format!("{EXTRACT}: {e}")))?;
+                .map_err(|e| Error::stage(STAGE, format!("{EXTRACT}: {e}")))?;
             match inserted(aggregate, &position(&op)?)? {
                 Some(field) if field.r#type() == result.r#type() => {
                     // SAFETY: `read` is live; `field` dominates the region and so every use
@@ -232,9 +231,13 @@ fn new_scopes<'c>(context: &'c Context, count: usize) -> Result<Vec<Attribute<'c
     );
     let parsed = Attribute::parse(context, &text)
         .and_then(|a| ArrayAttribute::try_from(a).ok())
-        .ok_or_else(|| failure(format!("cannot parse the alias scopes {text}")))?;
+        .ok_or_else(|| Error::stage(STAGE, format!("cannot parse the alias scopes {text}")))?;
     (0..parsed.len())
-        .map(|i| parsed.element(i).map_err(|e| failure(e.to_string())))
+        .map(|i| {
+            parsed
+                .element(i)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))
+        })
         .collect()
 }
 

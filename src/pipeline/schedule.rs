@@ -3,7 +3,7 @@
 //! that divide them (so every tile is full and vectorises without masks), tags the op and
 //! appends a generated transform-dialect schedule (`@__transform_main`) to the module. The
 //! stage's textual pipeline runs the upstream `transform-interpreter`, so the stage input (with
-//! the schedule inside) replays in stock `mlir-opt`. Afterwards [`detach`] erases the schedule.
+//! the schedule inside) replays in stock `mlir-opt`. Afterwards `transform::detach` erases the schedule.
 //!
 //! The shape of the generated code: an `mr`×`nr` accumulator tile (two vector registers wide,
 //! at most eight rows) stays in registers over the reduction loop, which advances `ku` steps of
@@ -16,7 +16,11 @@
 //! loop, so the product never reaches memory. Everything else (other dtypes, dynamic shapes,
 //! transposed matmul variants) keeps the scalar path.
 
-use super::{chains, outline};
+use super::chains;
+use super::ir::maps::elementwise_maps;
+use super::ir::ops::{op_name, raw_value, result_owner, tensor_shape, use_count};
+use super::ir::outlining;
+use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::{Error, Result};
 use crate::target::Target;
 use crate::tuning::{
@@ -25,11 +29,11 @@ use crate::tuning::{
 use melior::{
     Context,
     ir::{
-        Attribute, Module, RegionLike, Value, ValueLike,
+        Module,
         attribute::{IntegerAttribute, StringAttribute},
         block::BlockLike,
         operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult},
-        r#type::{DimSize, IntegerType, RankedTensorType, ShapedTypeLike},
+        r#type::IntegerType,
     },
 };
 use std::collections::{HashMap, HashSet};
@@ -39,10 +43,6 @@ use std::fmt::Write as _;
 pub const CONTRACTION_TAG: &str = "fxmlir.contraction";
 /// Discardable attribute naming the elementwise consumer fused into a contraction's tile loop.
 pub const EPILOGUE_TAG: &str = "fxmlir.epilogue";
-/// The transform entry point `transform-interpreter` runs.
-pub const ENTRY: &str = "__transform_main";
-/// The module attribute that allows named sequences.
-const WITH_NAMED_SEQUENCE: &str = "transform.with_named_sequence";
 
 /// Element types the schedule handles; all three operands must agree, but for half-precision
 /// operands accumulating in f32 (scheduled as `F32`) and `Bf16Pairs`.
@@ -381,26 +381,6 @@ struct OpInfo {
     in_loop: bool,
 }
 
-/// Static shape and element type of a ranked tensor value.
-pub(super) fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
-    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
-    Some((static_shape(&tensor)?, tensor.element().to_string()))
-}
-
-/// The sizes of a shaped type (tensor or memref); `None` if one is dynamic.
-pub(super) fn static_shape<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<i64>> {
-    (0..shaped.rank())
-        .map(|i| match shaped.dim_size(i).ok()? {
-            DimSize::Static(d) => i64::try_from(d).ok(),
-            DimSize::Dynamic => None,
-        })
-        .collect()
-}
-
-fn raw_value(value: Value) -> usize {
-    value.to_raw().ptr as usize
-}
-
 /// The problem of a `linalg.matmul` / `linalg.batch_matmul`, if the schedule handles it.
 fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<Problem> {
     // Transposed / broadcast variants carry other indexing maps: leave them alone. (Parsed
@@ -500,103 +480,6 @@ fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
     })
 }
 
-/// The result expressions of a printed affine map: `["d0", "0"]` for
-/// `affine_map<(d0, d1) -> (d0, 0)>`.
-pub(super) fn map_results(map: &str) -> Option<Vec<&str>> {
-    let results = map.split_once("-> (")?.1.strip_suffix(")>")?;
-    Some(results.split(", ").filter(|r| !r.is_empty()).collect())
-}
-
-/// The loop a map result reads when it is a plain dimension: `d2` → 2.
-pub(super) fn result_dim(result: &str) -> Option<usize> {
-    result.strip_prefix('d')?.parse().ok()
-}
-
-/// Whether a printed affine map only drops or broadcasts dimensions, in order, like
-/// `(d0, d1) -> (d1)` or `(d0, d1) -> (0, d1)` (reads that vectorise to plain transfers).
-fn is_broadcast_map(map: &str, rank: usize) -> bool {
-    let Some(results) = map_results(map) else {
-        return false;
-    };
-    let mut last = None;
-    results.into_iter().all(|r| {
-        if r == "0" {
-            return true;
-        }
-        let Some(d) = result_dim(r) else {
-            return false;
-        };
-        let ordered = d < rank && last.is_none_or(|l| d > l);
-        last = Some(d);
-        ordered
-    })
-}
-
-/// The ops of a structured op's body (its region's first block), the yield included; `None`
-/// for an op without a body.
-pub(super) fn body_ops<'c, 'a>(
-    op: &melior::ir::OperationRef<'c, 'a>,
-) -> Option<Vec<melior::ir::OperationRef<'c, 'a>>> {
-    let block = op.region(0).ok()?.first_block()?;
-    Some(std::iter::successors(block.first_operation(), |inner| inner.next_in_block()).collect())
-}
-
-/// Whether the body of a structured op holds only `arith` and `math` ops (and the yield),
-/// none with regions: such a body vectorises and lowers for any vector shape.
-pub(super) fn plain_body(op: &melior::ir::OperationRef) -> bool {
-    body_ops(op).is_some_and(|ops| {
-        ops.iter().all(|inner| {
-            let name = outline::op_name(inner);
-            (name.starts_with("arith.") || name.starts_with("math.") || name == "linalg.yield")
-                && inner.region_count() == 0
-        })
-    })
-}
-
-/// For an all-parallel `linalg.generic` whose body is plain arithmetic: per operand, whether
-/// its indexing map is the identity. `None` when the generic cannot be fused as an epilogue
-/// (including when an operand is read through a transposing map).
-pub(super) fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
-    let iterators = op.attribute("iterator_types").ok()?.to_string();
-    let maps = op.attribute("indexing_maps").ok()?;
-    let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
-    if iterators.contains("reduction") || op.result_count() != 1 {
-        return None;
-    }
-    // An f32/f64 result, read from f32/f64 operands or 32/64-bit integers (a grouped
-    // product's row groups): vectors of narrower or i1 elements would be written to memory
-    // packed (an i1 vector store writes bits, where the buffer holds a byte each).
-    let element = |v: Value| tensor_shape(v).map(|(_, e)| e);
-    let written = op
-        .results()
-        .all(|r| element(r.into()).is_some_and(|e| e == "f32" || e == "f64"));
-    let read = op
-        .operands()
-        .all(|v| element(v).is_some_and(|e| ["f32", "f64", "i32", "i64"].contains(&e.as_str())));
-    if !(written && read) {
-        return None;
-    }
-    if !plain_body(op) {
-        return None;
-    }
-    let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
-    let rank = shape.len();
-    let identity = super::ir::maps::identity_map(rank);
-    let maps = (0..maps.len())
-        .map(|i| maps.element(i).map(|m| m.to_string()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .ok()?;
-    if !maps.iter().all(|m| is_broadcast_map(m, rank)) {
-        return None;
-    }
-    let flags: Vec<bool> = maps.iter().map(|m| *m == identity).collect();
-    // The output must be written with the identity map.
-    if flags.last() != Some(&true) || flags.len() != op.operand_count() {
-        return None;
-    }
-    Some(flags)
-}
-
 /// Records every operation of `module`.
 fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
     let mut order = Vec::new();
@@ -618,7 +501,7 @@ fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
                 .collect(),
             in_loop: op
                 .parent_operation()
-                .is_some_and(|parent| outline::op_name(&parent) != "func.func"),
+                .is_some_and(|parent| op_name(&parent) != "func.func"),
             ..OpInfo::default()
         };
         match name.as_str() {
@@ -710,23 +593,6 @@ fn plan(module: &Module, target: &Target) -> Vec<Planned> {
         });
     }
     planned
-}
-
-pub(super) const ANY: &str = "!transform.any_op";
-
-pub(super) fn list(values: &[i64]) -> String {
-    format!("[{}]", items(values))
-}
-
-/// `values` separated by commas: `1, 2, 3`.
-pub(super) fn items(values: &[i64]) -> String {
-    let items: Vec<String> = values.iter().map(i64::to_string).collect();
-    items.join(", ")
-}
-
-/// `(ANY, ANY, ...)` with `n` entries.
-pub(super) fn handles(n: usize) -> String {
-    vec![ANY; n].join(", ")
 }
 
 /// The transform script for one contraction, appended to the body of `@__transform_main`.
@@ -1205,30 +1071,6 @@ fn emit(planned: &[Planned], merged: &[i64]) -> Result<String> {
     Ok(script(&body))
 }
 
-/// A transform script: a module holding `@__transform_main` whose body is `body`.
-pub(super) fn script(body: &str) -> String {
-    format!(
-        "module attributes {{{WITH_NAMED_SEQUENCE}}} {{\n  transform.named_sequence @{ENTRY}(%root: {ANY} {{transform.readonly}}) {{\n{body}    transform.yield\n  }}\n}}\n"
-    )
-}
-
-/// Sets a discardable `i64` attribute on operations, found by raw pointer: `tags` maps an
-/// operation to its attribute name and value.
-pub(super) fn tag(module: &mut Module, tags: &HashMap<usize, (&str, i64)>) {
-    module
-        .as_operation_mut()
-        .walk_mut(WalkOrder::PreOrder, |mut op| {
-            if let Some(&(tag, id)) = tags.get(&(op.to_raw().ptr as usize)) {
-                let context = op.context();
-                // SAFETY: the context owns the module being walked, so it outlives this closure.
-                let context = unsafe { context.to_ref() };
-                let i64_type = IntegerType::new(context, 64).into();
-                op.set_discardable_attribute(tag, IntegerAttribute::new(i64_type, id).into());
-            }
-            WalkResult::Advance
-        });
-}
-
 /// Tags the contractions of `module` (and their fused epilogues) and appends the transform
 /// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
 /// that already has a `@__transform_main` is left alone.
@@ -1375,9 +1217,9 @@ const ISOLATE_CLONED_PAIRS: &[&str] = &["arith.constant", "ub.poison"];
 /// more than they save), and of those not one whose fill has other users or whose ops other
 /// ops use before the last of them. Returns the ids of those it moved.
 fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Vec<usize>> {
-    let attributes = outline::private_attributes(context, &[])?;
+    let attributes = outlining::private_attributes(context, &[])?;
     let mut moved = Vec::new();
-    for (function, name, block) in outline::public_functions(module)? {
+    for (function, name, block) in outlining::public_functions(module)? {
         let mut ops = HashMap::new();
         let mut next = block.first_operation();
         while let Some(op) = next {
@@ -1395,8 +1237,8 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Ve
                 let fill = contraction
                     .operand(2)
                     .ok()
-                    .and_then(outline::result_owner)
-                    .filter(|f| outline::use_count(f) == 1);
+                    .and_then(result_owner)
+                    .filter(|f| use_count(f) == 1);
                 match fill.as_ref().and_then(at) {
                     Some((_, fill)) => group.push(fill),
                     None => continue,
@@ -1409,7 +1251,7 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Ve
                 }
             }
             group.sort_by_key(|op| at(op).map(|(i, _)| i));
-            let callee = outline::Callee {
+            let callee = outlining::Callee {
                 name: format!("{name}_contraction{id}"),
                 attributes: &attributes,
                 cloned: if p.problem.element == Element::Bf16Pairs {
@@ -1418,7 +1260,7 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Ve
                     ISOLATE_CLONED
                 },
             };
-            if outline::outline_group(context, &module.body(), function, block, &group, &callee)
+            if outlining::outline_group(context, &module.body(), function, block, &group, &callee)
                 .map_err(|e| e.in_stage("schedule"))?
             {
                 moved.push(id);
@@ -1426,90 +1268,6 @@ fn isolate(context: &Context, module: &Module, planned: &[Planned]) -> Result<Ve
         }
     }
     Ok(moved)
-}
-
-/// Parses a generated transform script (a module holding `@__transform_main`) and appends its
-/// entry point to `module`, for the `transform-interpreter` run of `stage`.
-pub(super) fn append_script(
-    context: &Context,
-    module: &mut Module,
-    text: &str,
-    stage: &str,
-) -> Result<()> {
-    let diagnostics = super::Diagnostics::capture(context);
-    let script = Module::parse(context, text).ok_or_else(|| {
-        Error::stage(
-            stage,
-            format!(
-                "the generated transform script does not parse:\n{}\n{text}",
-                diagnostics.take()
-            ),
-        )
-    })?;
-    drop(diagnostics);
-    let sequence = script
-        .body()
-        .first_operation()
-        .ok_or_else(|| Error::stage(stage, "the generated transform script is empty"))?;
-    // An owned copy in the payload module; the parsed script module is dropped.
-    let sequence: melior::ir::Operation = (*sequence).clone();
-    module.body().append_operation(sequence);
-    module
-        .as_operation_mut()
-        .set_attribute(WITH_NAMED_SEQUENCE, Attribute::unit(context));
-    Ok(())
-}
-
-pub(super) fn has_entry(module: &Module) -> bool {
-    let mut next = module.body().first_operation();
-    while let Some(op) = next {
-        if is_entry(&op) {
-            return true;
-        }
-        next = op.next_in_block();
-    }
-    false
-}
-
-fn is_entry<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
-    op.name().as_string_ref().as_str() == Ok("transform.named_sequence")
-        && op
-            .attribute("sym_name")
-            .is_ok_and(|a| a.to_string() == format!("\"{ENTRY}\""))
-}
-
-/// Erases the transform script, the module attribute and the tags that [`attach`] or
-/// [`super::parallel::attach`] added.
-pub fn detach(module: &mut Module) {
-    loop {
-        let mut found = None;
-        let mut next = module.body().first_operation_mut();
-        while let Some(op) = next {
-            if is_entry(&op) {
-                found = Some(op);
-                break;
-            }
-            next = op.next_in_block_mut();
-        }
-        let Some(mut op) = found else { break };
-        let raw = op.to_raw();
-        op.remove_from_parent();
-        // SAFETY: `raw` was just unlinked from its block, so this is its only owner; dropping
-        // the owned operation destroys it exactly once.
-        drop(unsafe { melior::ir::Operation::from_raw(raw) });
-    }
-    let mut root = module.as_operation_mut();
-    if root.has_attribute(WITH_NAMED_SEQUENCE) {
-        let _ = root.remove_attribute(WITH_NAMED_SEQUENCE);
-    }
-    root.walk_mut(WalkOrder::PreOrder, |mut op| {
-        for tag in [CONTRACTION_TAG, EPILOGUE_TAG, super::parallel::TAG] {
-            if op.has_attribute(tag) {
-                let _ = op.remove_discardable_attribute(tag);
-            }
-        }
-        WalkResult::Advance
-    });
 }
 
 #[cfg(test)]
@@ -1567,16 +1325,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn broadcast_maps() {
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d0, d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (0, d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> ()>", 2));
-        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d1, d0)>", 2));
-        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d0 + d1)>", 2));
     }
 
     #[test]

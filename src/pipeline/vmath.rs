@@ -8,10 +8,9 @@
 //! that divides it, and each slice is one call. A math op libmvec has no function for, or whose
 //! rows no variant divides, is left to the LLVM stage's lowerings.
 
-use super::chains::Builder;
-use super::outline::op_name;
-use super::pairs::vector_shape;
-use super::schedule::{items, list};
+use super::ir::builder::Builder;
+use super::ir::ops::{op_name, vector_shape};
+use super::transform::{items, list};
 use crate::error::{Error, Result};
 use crate::libmvec;
 use crate::target::Target;
@@ -28,9 +27,8 @@ use melior::{
 };
 use std::collections::BTreeMap;
 
-fn failure(message: String) -> Error {
-    Error::stage("loops", message)
-}
+/// The stage whose hook runs this module's rewrites: its errors name it.
+const STAGE: &str = "loops";
 
 /// A math op to rewrite: its vector shape and element type, and the libmvec function for a
 /// slice of `lanes` elements of one row.
@@ -91,7 +89,8 @@ fn rows(leading: &[i64]) -> Vec<Vec<i64>> {
 /// `vector<length x element>`.
 fn vector_type<'c>(context: &'c Context, length: i64, element: &str) -> Result<Type<'c>> {
     let text = format!("vector<{length}x{element}>");
-    Type::parse(context, &text).ok_or_else(|| failure(format!("cannot parse the type {text}")))
+    Type::parse(context, &text)
+        .ok_or_else(|| Error::stage(STAGE, format!("cannot parse the type {text}")))
 }
 
 /// `op`'s result computed by `planned.callee` slice by slice, before `op`.
@@ -101,14 +100,18 @@ fn rewrite<'c, 'a>(
     planned: &Planned,
 ) -> Result<Value<'c, 'a>> {
     let b = Builder {
+        stage: STAGE,
         context,
         anchor: op,
         location: op.location(),
     };
     let (leading, &[length]) = planned.shape.split_at(planned.shape.len() - 1) else {
-        return Err(failure("a math op on a 0-d vector".to_string()));
+        return Err(Error::stage(STAGE, "a math op on a 0-d vector".to_string()));
     };
-    let whole = op.result(0).map_err(|e| failure(e.to_string()))?.r#type();
+    let whole = op
+        .result(0)
+        .map_err(|e| Error::stage(STAGE, e.to_string()))?
+        .r#type();
     let row_type = vector_type(context, length, &planned.element)?;
     let slice_type = vector_type(context, planned.lanes, &planned.element)?;
     let operands: Vec<Value> = op.operands().collect();
@@ -204,7 +207,9 @@ pub fn call_libmvec(context: &Context, module: &mut Module, target: &Target) -> 
             .entry(&planned.callee)
             .or_insert((planned, op.operand_count(), op.location()));
         rewriter.replace_all_uses_with(
-            op.result(0).map_err(|e| failure(e.to_string()))?.into(),
+            op.result(0)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?
+                .into(),
             value,
         );
         rewriter.erase_op(op);
@@ -220,7 +225,7 @@ pub fn call_libmvec(context: &Context, module: &mut Module, target: &Target) -> 
     for (name, (planned, arity, location)) in callees {
         let lane_type = vector_type(context, planned.lanes, &planned.element)?;
         let private = Attribute::parse(context, "\"private\"")
-            .ok_or_else(|| failure("a visibility".to_string()))?;
+            .ok_or_else(|| Error::stage(STAGE, "a visibility".to_string()))?;
         body.append_operation(func::func(
             context,
             StringAttribute::new(context, name),

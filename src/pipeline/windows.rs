@@ -10,13 +10,13 @@
 //! induction variable an `affine.apply` combines with an enclosing loop's (`oh * stride + kh`),
 //! as `convert-linalg-to-loops` indexes a window.
 
-use super::outline::{op_name, result_owner, within};
+use super::ir::ops::{constant, op_name, within};
 use crate::error::{Error, Result};
 use melior::{
     Context, StringRef,
     ir::{
         Attribute, BlockLike, OperationRef, RegionLike, Value, ValueLike,
-        attribute::{AttributeLike, IntegerAttribute},
+        attribute::AttributeLike,
         block::BlockArgument,
         operation::{OperationLike, WalkOrder, WalkResult},
     },
@@ -32,17 +32,6 @@ const MAX_TRIP: i64 = 8;
 
 /// The annotation of a window loop.
 const FULL_UNROLL: &str = "#llvm.loop_annotation<unroll = #llvm.loop_unroll<full = true>>";
-
-/// The constant an `arith.constant` of integer or index type defines.
-pub(super) fn constant(value: Value) -> Option<i64> {
-    let owner = result_owner(value)?;
-    if owner.name().as_string_ref().as_str() != Ok("arith.constant") {
-        return None;
-    }
-    IntegerAttribute::try_from(owner.attribute("value").ok()?)
-        .ok()
-        .map(|a| a.value())
-}
 
 /// Whether `value` is the induction variable of an `scf.for` that encloses `op`.
 fn is_enclosing_induction_variable(value: Value, op: MlirOperation) -> bool {

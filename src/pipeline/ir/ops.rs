@@ -1,0 +1,127 @@
+//! Queries of single ops, values and types: an op's name, the static shape of a tensor,
+//! vector or memref value, an index constant's value, a value's sole use.
+
+use melior::ir::{
+    OperationRef, Type, Value, ValueLike,
+    attribute::IntegerAttribute,
+    operation::{OperationLike, OperationResult},
+    r#type::{DimSize, RankedTensorType, ShapedTypeLike},
+};
+use mlir_sys::*;
+
+pub fn op_name(op: &OperationRef) -> String {
+    op.name().as_string_ref().as_str().unwrap_or("").to_string()
+}
+
+/// Static shape and element type of a ranked tensor value.
+pub fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
+    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
+    Some((static_shape(&tensor)?, tensor.element().to_string()))
+}
+
+/// The sizes of a shaped type (tensor or memref); `None` if one is dynamic.
+pub fn static_shape<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<i64>> {
+    (0..shaped.rank())
+        .map(|i| match shaped.dim_size(i).ok()? {
+            DimSize::Static(d) => i64::try_from(d).ok(),
+            DimSize::Dynamic => None,
+        })
+        .collect()
+}
+
+pub fn raw_value(value: Value) -> usize {
+    value.to_raw().ptr as usize
+}
+
+/// The static shape of a vector type (`vector<1x16x2xbf16>` → `[1, 16, 2]`) and its element.
+pub fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
+    let text = ty.to_string();
+    let inner = text.strip_prefix("vector<")?.strip_suffix('>')?;
+    let (dims, element) = inner.rsplit_once('x')?;
+    let dims = dims
+        .split('x')
+        .map(|d| d.parse().ok())
+        .collect::<Option<Vec<i64>>>()?;
+    Some((dims, element.to_string()))
+}
+
+/// The constant an `arith.constant` of integer or index type defines.
+pub fn constant(value: Value) -> Option<i64> {
+    let owner = result_owner(value)?;
+    if owner.name().as_string_ref().as_str() != Ok("arith.constant") {
+        return None;
+    }
+    IntegerAttribute::try_from(owner.attribute("value").ok()?)
+        .ok()
+        .map(|a| a.value())
+}
+
+/// The only use of `value`: its user and the operand's index; `None` for none or several.
+pub fn sole_use<'c, 'a>(value: Value<'c, 'a>) -> Option<(OperationRef<'c, 'a>, usize)> {
+    // SAFETY: `value` is live; a use list ends with a null use; the owner of a use is a live op.
+    unsafe {
+        let first = mlirValueGetFirstUse(value.to_raw());
+        if mlirOpOperandIsNull(first) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(first)) {
+            return None;
+        }
+        let user = OperationRef::from_raw(mlirOpOperandGetOwner(first));
+        Some((user, mlirOpOperandGetOperandNumber(first) as usize))
+    }
+}
+
+/// Whether `ancestor` is `op` or contains it.
+pub fn within(op: MlirOperation, ancestor: MlirOperation) -> bool {
+    let mut current = op;
+    // SAFETY: `op` is a live op; walking up its parents ends at a null op.
+    unsafe {
+        while !current.ptr.is_null() {
+            if current.ptr == ancestor.ptr {
+                return true;
+            }
+            current = mlirOperationGetParentOperation(current);
+        }
+    }
+    false
+}
+
+/// The op defining `value`; `None` for a block argument. (Checked first: melior's failed
+/// conversion prints the value, and printing a block argument numbers its whole function.)
+pub fn result_owner<'c, 'a>(value: Value<'c, 'a>) -> Option<OperationRef<'c, 'a>> {
+    value
+        .is_operation_result()
+        .then(|| OperationResult::try_from(value).ok())
+        .flatten()
+        .map(|r| r.owner())
+}
+
+/// How many uses the results of `op` have.
+pub fn use_count(op: &OperationRef) -> usize {
+    let mut count = 0;
+    // SAFETY: `op` is live.
+    unsafe { for_each_result_use(op.to_raw(), |_, _, _| count += 1) };
+    count
+}
+
+/// Calls `f` on every use of every result of `op`: the user and the operand's index.
+///
+/// # Safety
+/// `op` is a live op.
+pub unsafe fn for_each_result_use(
+    op: MlirOperation,
+    mut f: impl FnMut(usize, MlirOperation, isize),
+) {
+    // SAFETY: indices are within the op's count; a use list ends with a null use.
+    unsafe {
+        for i in 0..mlirOperationGetNumResults(op) {
+            let mut usage = mlirValueGetFirstUse(mlirOperationGetResult(op, i));
+            while !mlirOpOperandIsNull(usage) {
+                f(
+                    i as usize,
+                    mlirOpOperandGetOwner(usage),
+                    mlirOpOperandGetOperandNumber(usage) as isize,
+                );
+                usage = mlirOpOperandGetNextUse(usage);
+            }
+        }
+    }
+}
