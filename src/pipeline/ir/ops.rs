@@ -7,7 +7,11 @@ use melior::ir::{
     operation::{OperationLike, OperationResult},
     r#type::{DimSize, RankedTensorType, ShapedTypeLike},
 };
-use mlir_sys::*;
+use mlir_sys::{
+    MlirOperation, mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
+    mlirOpOperandIsNull, mlirOperationGetNumResults, mlirOperationGetParentOperation,
+    mlirOperationGetResult, mlirValueGetFirstUse,
+};
 
 pub fn op_name(op: &OperationRef) -> String {
     op.name().as_string_ref().as_str().unwrap_or("").to_string()

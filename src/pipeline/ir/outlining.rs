@@ -17,7 +17,13 @@ use melior::{
         r#type::{FunctionType, MemRefType, ShapedTypeLike, TypeLike},
     },
 };
-use mlir_sys::*;
+use mlir_sys::{
+    MlirOperation, MlirValue, mlirBlockGetArgument, mlirBlockGetNextInRegion,
+    mlirBlockGetNumArguments, mlirOperationClone, mlirOperationGetNumOperands,
+    mlirOperationGetNumRegions, mlirOperationGetNumResults, mlirOperationGetOperand,
+    mlirOperationGetParentOperation, mlirOperationGetRegion, mlirOperationGetResult,
+    mlirOperationMoveBefore, mlirOperationSetOperand, mlirRegionGetFirstBlock,
+};
 use std::collections::{HashMap, HashSet};
 
 /// Outlining is the `outline` stage's work (the schedule's isolation of products too, whose
