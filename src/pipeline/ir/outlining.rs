@@ -155,7 +155,7 @@ pub fn private_attributes<'c>(
 
 /// Discardable attribute of an outlined function: the positions, in its LLVM-dialect
 /// signature (each memref expanded into its descriptor's fields), of the data pointers of the
-/// memref arguments that overlap no other argument. See [`mark_noalias`].
+/// memref arguments that overlap no other argument. See `outline::mark_noalias`.
 pub const NOALIAS: &str = "fxmlir.noalias";
 
 /// The function [`outline_group`] makes.

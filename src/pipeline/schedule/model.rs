@@ -1,0 +1,262 @@
+//! The tile model: tile sizes for one static contraction on a target (register tile, splits
+//! of awkward dimensions, reduction and column blocks sized for L2) and its cut into thread
+//! chunks. Pure arithmetic over shapes: no IR.
+
+use crate::target::Target;
+use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, largest_divisor_at_most};
+
+/// Element types the schedule handles; all three operands must agree, but for half-precision
+/// operands accumulating in f32 (scheduled as `F32`) and `Bf16Pairs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Element {
+    F32,
+    F64,
+    /// `fxmlir.mm_pairs`' contraction: bf16 operands in pairs along the reduction (each step
+    /// of `k` is one pair), accumulated in f32 by AVX512-BF16's dot product.
+    Bf16Pairs,
+}
+
+impl Element {
+    pub(super) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "f32" => Some(Element::F32),
+            "f64" => Some(Element::F64),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F32 => "f32",
+            Element::F64 => "f64",
+            Element::Bf16Pairs => "bf16 pairs",
+        }
+    }
+
+    /// Bytes of one step of `k` in an operand row, and of one accumulator (a pair of bf16
+    /// accumulates into one f32).
+    pub fn bytes(self) -> i64 {
+        match self {
+            Element::F32 | Element::Bf16Pairs => 4,
+            Element::F64 => 8,
+        }
+    }
+}
+
+/// One static contraction: `[batch x] m x k` times `[batch x] k x n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Problem {
+    pub batch: Option<i64>,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub element: Element,
+    /// The element type of both operands (`f32`, `f64`, or `bf16`/`f16` widened to f32).
+    pub operand: &'static str,
+}
+
+/// A dimension cut in two: tiles of the main part `[0, at)` use the register tile; the rest
+/// (`at` to the end, shorter than one register tile) is a single tile of `rest` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub at: i64,
+    pub rest: i64,
+}
+
+/// Column blocks of `size` columns over the first `covers` columns (a multiple of `size`);
+/// columns after them (fewer than `size`) get register tiles without a block loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub size: i64,
+    pub covers: i64,
+}
+
+/// Tile sizes for one contraction. Every size divides its dimension (or its part of a split
+/// dimension), so every tile is full and vectorises without masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiles {
+    /// Rows of the register tile.
+    pub mr: i64,
+    /// Columns of the register tile (two vectors when the shape allows).
+    pub nr: i64,
+    /// Rows cut where `mr` does not divide them and no divisor makes a good tile.
+    pub m_split: Option<Split>,
+    /// Columns cut where no whole number of vectors divides them.
+    pub n_split: Option<Split>,
+    /// The rest of `n_split` cut again after one vector, when it is more than one vector but
+    /// not two: a register tile of one whole vector and a part of one per row ran 5-7x slower
+    /// than whole vectors (512 x 4608 x 17: 1.5 ms, x 16: 0.22 ms; x 49, whose rest is 17
+    /// columns: 2.1 ms, x 48: 0.67 ms).
+    pub n_tail: Option<Split>,
+    /// Reduction steps per inner-loop iteration.
+    pub ku: i64,
+    /// Reduction block (cache blocking); `None` keeps the whole reduction inside the tile.
+    pub kc: Option<i64>,
+    /// Column blocks around the reduction blocks, so a `kc` x `nc` block of the right operand
+    /// fits L2 (wide products only).
+    pub nc: Option<Block>,
+    /// Walk column tiles outermost (the left operand block is the one that stays in cache).
+    pub columns_outer: bool,
+}
+
+/// Bytes of a left-operand block (`m` x `kc`) small enough to keep while columns vary.
+pub(super) const LEFT_BLOCK_L1: i64 = 64 << 10;
+
+/// Bounds of the reduction block: below, the accumulator is reloaded too often; above, the
+/// register tile's rows of the left operand no longer fit in L1. Blocks aim at least at
+/// `KC_BYTES` of each row of the left operand (256 f32 elements); narrower products go deeper.
+pub(super) const KC_MIN: i64 = 16;
+
+pub(super) const KC_MAX: i64 = 512;
+
+pub(super) const KC_BYTES: i64 = 1024;
+
+/// Tile sizes for `p` on `target`.
+pub fn choose(p: &Problem, target: &Target) -> Tiles {
+    let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
+    // Two vectors per row; a width that is no whole number of pairs is cut after the last
+    // pair (the rest is one narrower tile); a narrower width is a single tile.
+    let (nr, n_split) = if p.n % (2 * lanes) == 0 {
+        (2 * lanes, None)
+    } else if p.n > 2 * lanes {
+        let at = p.n / (2 * lanes) * (2 * lanes);
+        (2 * lanes, Some(Split { at, rest: p.n - at }))
+    } else if p.n > lanes && p.n % lanes != 0 {
+        // One vector, then less than one.
+        (
+            lanes,
+            Some(Split {
+                at: lanes,
+                rest: p.n - lanes,
+            }),
+        )
+    } else {
+        (p.n, None)
+    };
+    let n_tail = n_split
+        .filter(|s| s.rest > lanes && nr == 2 * lanes)
+        .map(|s| Split {
+            at: lanes,
+            rest: s.rest - lanes,
+        });
+    // Accumulators use about half the registers: eight rows of two vectors with 32 registers.
+    let vectors_per_row = ((nr + lanes - 1) / lanes).max(1);
+    let mr_limit = (target.registers() / 2 / vectors_per_row).clamp(1, 8);
+    // A divisor of the rows if it keeps at least half the accumulators busy, else full tiles
+    // and one shorter tile for the rest (a prime row count would otherwise get 1-row tiles).
+    let divisor = largest_divisor_at_most(p.m, mr_limit);
+    let (mr, m_split) = if p.m <= mr_limit || 2 * divisor >= mr_limit {
+        (divisor, None)
+    } else {
+        let at = p.m / mr_limit * mr_limit;
+        (mr_limit, Some(Split { at, rest: p.m - at }))
+    };
+    let bytes = p.element.bytes();
+    // Saturating: absurd shapes must not overflow (they simply count as large).
+    let right_bytes = p.k.saturating_mul(p.n).saturating_mul(bytes);
+    // A right operand above half of L2 is blocked; a block (`kc` x `nc`, packed into panels
+    // by the schedule) takes half of L2. On a Zen 3 core (512 KiB L2), packed 1024³ ran at
+    // 92-95% of torch.mm (one and two threads) with an eighth of L2 and 128-deep blocks, at
+    // 98% with half of L2 and 256-deep ones.
+    let right_operand_l2 = target.l2_bytes / 2;
+    let right_block_l2 = target.l2_bytes / 2;
+    let kc = if right_bytes > right_operand_l2 {
+        // The deepest block of the right operand that fits the L2 budget (but at least
+        // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`).
+        let target = (right_block_l2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
+        let divisors = || {
+            (KC_MIN..=target.min(p.k / 2))
+                .rev()
+                .filter(|d| p.k % d == 0)
+        };
+        divisors()
+            .find(|d| d % 4 == 0)
+            .or_else(|| divisors().next())
+    } else {
+        None
+    };
+    // Too wide for a `kc` block of every column to fit L2: block the columns too.
+    let columns = n_split.map_or(p.n, |s| s.at);
+    let nc = kc.and_then(|kc| {
+        let size = (right_block_l2 / (kc * bytes) / nr).max(1) * nr;
+        (columns > size).then_some(Block {
+            size,
+            covers: columns / size * size,
+        })
+    });
+    let reduction = kc.unwrap_or(p.k);
+    // A pairs product's reduction loop steps one pair at a time: its register tile is unrolled
+    // into one dot product per row and vector (see [`emit_pair_lanes`]).
+    let ku = if p.element == Element::Bf16Pairs {
+        1
+    } else {
+        [4, 2, 1]
+            .into_iter()
+            .find(|u| reduction % u == 0)
+            .unwrap_or(1)
+    };
+    let columns_outer =
+        kc.is_some_and(|c| p.m.saturating_mul(c).saturating_mul(bytes) <= LEFT_BLOCK_L1);
+    Tiles {
+        mr,
+        nr,
+        m_split,
+        n_split,
+        n_tail,
+        ku,
+        kc,
+        nc,
+        columns_outer,
+    }
+}
+
+/// A product cut into one equal chunk per thread: `tile_using_forall` sizes over its parallel
+/// loops (`[batch,] m, n`), and the problem each chunk solves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunks {
+    pub sizes: Vec<i64>,
+    pub chunk: Problem,
+}
+
+/// How to cut `p` across `threads`: the batch when it divides evenly; else the columns when
+/// the right operand is the larger one (each thread then streams only its share of it), else
+/// the rows; a dimension is only cut into whole vectors (columns) or at least eight rows.
+/// `None` for one thread, small products and shapes no such cut fits.
+pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
+    if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < MIN_PARALLEL_PRODUCT_WORK {
+        return None;
+    }
+    let lead = usize::from(p.batch.is_some());
+    let cut = |dim: usize, size: i64, chunk: Problem| {
+        let mut sizes = vec![0; lead + 2];
+        sizes[dim] = size;
+        Some(Chunks { sizes, chunk })
+    };
+    if let Some(b) = p.batch
+        && b % threads == 0
+    {
+        return cut(
+            0,
+            b / threads,
+            Problem {
+                batch: Some(b / threads),
+                ..*p
+            },
+        );
+    }
+    let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
+    let by_columns = (p.n % threads == 0 && (p.n / threads) % lanes == 0).then(|| {
+        let n = p.n / threads;
+        cut(lead + 1, n, Problem { n, ..*p })
+    });
+    let by_rows = (p.m % threads == 0 && p.m / threads >= 8).then(|| {
+        let m = p.m / threads;
+        cut(lead, m, Problem { m, ..*p })
+    });
+    if p.n >= p.m {
+        by_columns.or(by_rows).flatten()
+    } else {
+        by_rows.or(by_columns).flatten()
+    }
+}

@@ -1,0 +1,324 @@
+//! Finding the contractions to schedule in a module: their problems, thread chunks, tiles,
+//! fusable epilogues and whether their right operand is packed.
+
+use super::model::*;
+use crate::pipeline::ir::maps::elementwise_maps;
+use crate::pipeline::ir::ops::{op_name, raw_value, tensor_shape};
+use crate::target::Target;
+use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS};
+use melior::ir::{
+    Module,
+    operation::{OperationLike, WalkOrder, WalkResult},
+};
+use std::collections::{HashMap, HashSet};
+
+/// A contraction the schedule will handle, found in the module.
+#[derive(Debug, Clone)]
+pub(super) struct Planned {
+    pub(super) op: usize,
+    /// The whole product; `tiles` are chosen for one chunk of it when it is split.
+    pub(super) problem: Problem,
+    /// The cut across threads, if any.
+    pub(super) chunks: Option<Chunks>,
+    pub(super) tiles: Tiles,
+    /// The elementwise consumer fused into the tile loop.
+    pub(super) epilogue: Option<usize>,
+    /// Whether the accumulator init comes from a `linalg.fill` (fused into the tile loop).
+    pub(super) fill_init: bool,
+    /// Whether no operand producer could be tiled: then `transform.structured.fuse` (which
+    /// pulls every tileable producer into the loop, the fill through the loop's destination)
+    /// fuses only the fill, and never recomputes a transpose per tile.
+    pub(super) only_fill_fusable: bool,
+}
+
+impl Planned {
+    /// Rows of the product (of one thread's chunk when it is split).
+    pub(super) fn rows(&self) -> i64 {
+        self.chunks.as_ref().map_or(self.problem.m, |c| c.chunk.m)
+    }
+
+    /// Whether a blocked part of `rows` rows and `nr`-column register tiles packs its right
+    /// operand: not a pairs product (its operand is packed by the lowering already), not a
+    /// narrower column part, and only for enough rows that each panel is read by several
+    /// register tiles. Fewer rows do not repay the copy (a one-row product reads the right
+    /// operand once: packing it triples the traffic) nor its compile time: resnet18's 17
+    /// packed parts add about 15% to its compile (best of six: 810 to 960 ms), for 5-20% less
+    /// run time on two threads.
+    pub(super) fn packs(&self, rows: i64, nr: i64) -> bool {
+        let p = &self.problem;
+        let min_rows = match self.tiles.kc {
+            Some(_) => PACK_MIN_ROWS,
+            None => UNBLOCKED_PACK_MIN_TILES * self.tiles.mr,
+        };
+        p.element != Element::Bf16Pairs
+            && nr == self.tiles.nr
+            && rows >= min_rows
+            && p.k.saturating_mul(p.n).saturating_mul(p.element.bytes()) > PACK_MIN_RIGHT_BYTES
+    }
+
+    /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
+    /// into its epilogue's loop, or the fill into the thread chunk loop.
+    pub(super) fn fuses_into_loops(&self) -> bool {
+        self.epilogue.is_some() || (self.chunks.is_some() && self.fill_init)
+    }
+}
+
+/// Rows below which a product's part reads its right operand where it lies.
+pub(super) const PACK_MIN_ROWS: i64 = 16;
+
+/// Register tiles (of rows) below which an unblocked product reads its right operand where it
+/// lies: its panel is then copied once for the whole product, so only a panel that many tiles
+/// read repays it. With 16 rows, small_convnet's first convolution (`16 x 27 x 8192`, four
+/// tiles per panel) took 17% longer packed.
+pub(super) const UNBLOCKED_PACK_MIN_TILES: i64 = 16;
+
+/// Bytes of the right operand up to which it is read where it lies: it stays in L1 and L2
+/// whatever its layout.
+pub(super) const PACK_MIN_RIGHT_BYTES: i64 = 64 << 10;
+
+/// Producers that tiling cannot pull into a loop (they implement no tiling interface).
+pub(super) const NOT_TILEABLE: &[&str] = &[
+    "arith.constant",
+    "bufferization.to_tensor",
+    "tensor.cast",
+    "tensor.collapse_shape",
+    "tensor.empty",
+    "tensor.expand_shape",
+    "tensor.extract_slice",
+    "tensor.reshape",
+];
+
+/// What the analysis records of every operation, by raw pointer.
+#[derive(Debug, Default)]
+pub(super) struct OpInfo {
+    name: String,
+    /// Raw values of the operands.
+    operands: Vec<usize>,
+    /// Raw values of the results.
+    results: Vec<usize>,
+    /// For matmul / batch_matmul with static f32/f64 operands: the problem.
+    problem: Option<Problem>,
+    /// For a linalg.generic: whether it is an elementwise map we can fuse and vectorise, and
+    /// for which of its operands the indexing map is the identity.
+    elementwise: Option<Vec<bool>>,
+    /// Results' shapes (tensor results only).
+    result_shapes: Vec<Vec<i64>>,
+    /// Inside a loop a lowering built (a grouped product's tile loops) rather than directly in
+    /// its function: such a product is not cut into thread chunks, the loop around it is
+    /// already one.
+    in_loop: bool,
+}
+
+/// The problem of a `linalg.matmul` / `linalg.batch_matmul`, if the schedule handles it.
+pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) -> Option<Problem> {
+    // Transposed / broadcast variants carry other indexing maps: leave them alone. (Parsed
+    // ops carry the default maps explicitly; built ones may have none.)
+    let default_maps = if batched {
+        "[affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]"
+    } else {
+        "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]"
+    };
+    if op.operand_count() != 3
+        || op.result_count() != 1
+        || op
+            .attribute("indexing_maps")
+            .is_ok_and(|maps| maps.to_string() != default_maps)
+    {
+        return None;
+    }
+    let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
+    let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    // Half-precision operands accumulate in f32 (the product's own element): they are
+    // widened as they are loaded, so the tiles are those of an f32 product.
+    let widened = ta == tb && matches!(ta.as_str(), "bf16" | "f16") && tc == "f32";
+    if !widened && (ta != tb || tb != tc) {
+        return None;
+    }
+    let element = Element::parse(&tc)?;
+    let operand = ["f32", "f64", "bf16", "f16"]
+        .into_iter()
+        .find(|t| *t == ta)?;
+    let rank = if batched { 3 } else { 2 };
+    if a.len() != rank || b.len() != rank || c.len() != rank {
+        return None;
+    }
+    let (m, k, n) = (a[rank - 2], a[rank - 1], b[rank - 1]);
+    if b[rank - 2] != k || c[rank - 2] != m || c[rank - 1] != n {
+        return None;
+    }
+    let batch = if batched {
+        if a[0] != b[0] || a[0] != c[0] {
+            return None;
+        }
+        Some(a[0])
+    } else {
+        None
+    };
+    if [m, n, k].iter().chain(batch.iter()).any(|&d| d <= 0) {
+        return None;
+    }
+    Some(Problem {
+        batch,
+        m,
+        n,
+        k,
+        element,
+        operand,
+    })
+}
+
+/// The problem of a pairs contraction: [`PAIR_MAPS`] over bf16 operands of `m x k x 2` and
+/// `k x n x 2` and an f32 `m x n` accumulator (`k` counts pairs), or [`BATCHED_PAIR_MAPS`]
+/// over the same with a leading batch dimension.
+pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
+    let maps = op.attribute("indexing_maps").ok()?.to_string();
+    let batched = maps == BATCHED_PAIR_MAPS;
+    if op.operand_count() != 3 || op.result_count() != 1 || !(batched || maps == PAIR_MAPS) {
+        return None;
+    }
+    let (mut a, ta) = tensor_shape(op.operand(0).ok()?)?;
+    let (mut b, tb) = tensor_shape(op.operand(1).ok()?)?;
+    let (mut c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    if (ta.as_str(), tb.as_str(), tc.as_str()) != ("bf16", "bf16", "f32") {
+        return None;
+    }
+    let batch = if batched {
+        let lead = *a.first()?;
+        if b.first() != Some(&lead) || c.first() != Some(&lead) || lead <= 0 {
+            return None;
+        }
+        for shape in [&mut a, &mut b, &mut c] {
+            shape.remove(0);
+        }
+        Some(lead)
+    } else {
+        None
+    };
+    let (&[m, k, 2], &[k2, n, 2], &[m2, n2]) = (a.as_slice(), b.as_slice(), c.as_slice()) else {
+        return None;
+    };
+    (k == k2 && m == m2 && n == n2 && m > 0 && n > 0 && k > 0).then_some(Problem {
+        batch,
+        m,
+        n,
+        k,
+        element: Element::Bf16Pairs,
+        operand: "bf16",
+    })
+}
+
+/// Records every operation of `module`.
+pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
+    let mut order = Vec::new();
+    let mut ops = HashMap::new();
+    module.as_operation().walk(WalkOrder::PreOrder, |op| {
+        let key = op.to_raw().ptr as usize;
+        let name = op
+            .name()
+            .as_string_ref()
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default();
+        let mut info = OpInfo {
+            operands: op.operands().map(raw_value).collect(),
+            results: op.results().map(|r| raw_value(r.into())).collect(),
+            result_shapes: op
+                .results()
+                .filter_map(|r| tensor_shape(r.into()).map(|(s, _)| s))
+                .collect(),
+            in_loop: op
+                .parent_operation()
+                .is_some_and(|parent| op_name(&parent) != "func.func"),
+            ..OpInfo::default()
+        };
+        match name.as_str() {
+            "linalg.matmul" => info.problem = contraction_problem(&op, false),
+            "linalg.batch_matmul" => info.problem = contraction_problem(&op, true),
+            "linalg.contract" => info.problem = pairs_problem(&op),
+            "linalg.generic" => info.elementwise = elementwise_maps(&op),
+            _ => {}
+        }
+        info.name = name;
+        order.push(key);
+        ops.insert(key, info);
+        WalkResult::Advance
+    });
+    (order, ops)
+}
+
+/// Finds the contractions to schedule and their tiles and epilogues.
+pub(super) fn plan(module: &Module, target: &Target) -> Vec<Planned> {
+    let threads = target.threads as i64;
+    let (order, ops) = analyse(module);
+    // value -> (user op, operand index) for every use.
+    let mut uses: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+    // value -> defining op.
+    let mut producer: HashMap<usize, usize> = HashMap::new();
+    for (key, info) in order.iter().filter_map(|k| Some((*k, ops.get(k)?))) {
+        for (i, &v) in info.operands.iter().enumerate() {
+            uses.entry(v).or_default().push((key, i));
+        }
+        for &r in &info.results {
+            producer.insert(r, key);
+        }
+    }
+    let mut planned = Vec::new();
+    // Epilogues already taken: one consumer reading two products (Phi's parallel attention
+    // and MLP, summed in one op) fuses with the first only; the second is scheduled alone.
+    let mut claimed = HashSet::new();
+    for (key, info) in order.iter().filter_map(|k| Some((*k, ops.get(k)?))) {
+        let Some(problem) = info.problem else {
+            continue;
+        };
+        // Pairs need the dot product, and whole vectors of columns (the lowering's own loops
+        // compute them otherwise).
+        let pairs = problem.element == Element::Bf16Pairs;
+        if pairs && !(target.bf16_dot() && problem.n % PAIR_LANES == 0) {
+            continue;
+        }
+        let chunks = chunks(&problem, if info.in_loop { 1 } else { threads }, target);
+        let tiles = choose(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
+        let fill_init = info
+            .operands
+            .get(2)
+            .and_then(|v| producer.get(v))
+            .and_then(|p| ops.get(p))
+            .is_some_and(|p| p.name == "linalg.fill");
+        // A single elementwise consumer reading the product with the identity map, writing a
+        // result of the same shape: tile it and pull the product into its loop.
+        let epilogue = (|| {
+            if pairs || tiles.kc.is_some() || tiles.m_split.is_some() || tiles.n_split.is_some() {
+                return None;
+            }
+            let result = *info.results.first()?;
+            let [(user, operand)] = uses.get(&result)?.as_slice() else {
+                return None;
+            };
+            let consumer = ops.get(user)?;
+            let identity = *consumer.elementwise.as_ref()?.get(*operand)?;
+            let inputs = consumer
+                .operands
+                .len()
+                .checked_sub(consumer.results.len())?;
+            let same_shape = consumer.result_shapes.first() == info.result_shapes.first();
+            (*operand < inputs && identity && same_shape && claimed.insert(*user)).then_some(*user)
+        })();
+        let only_fill_fusable = info.operands.iter().take(2).all(|v| {
+            producer
+                .get(v)
+                .and_then(|p| ops.get(p))
+                .is_none_or(|p| NOT_TILEABLE.contains(&p.name.as_str()))
+        });
+        planned.push(Planned {
+            op: key,
+            problem,
+            chunks,
+            tiles,
+            epilogue,
+            fill_init,
+            only_fill_fusable,
+        });
+    }
+    planned
+}

@@ -1,0 +1,475 @@
+//! The transform script that tiles, packs and vectorises the planned contractions, as text
+//! (stock `mlir-opt` replays it from the `.transform.mlir` dump).
+
+use super::model::*;
+use super::plan::*;
+use super::{CONTRACTION_TAG, EPILOGUE_TAG};
+use crate::error::{Error, Result};
+use crate::pipeline::transform::{ANY, handles, list, script};
+use crate::tuning::{PAIR_LANES, largest_divisor_at_most};
+use std::fmt::Write as _;
+
+/// The transform script for one contraction, appended to the body of `@__transform_main`.
+pub(super) fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
+    let t = &p.tiles;
+    let batched = p.problem.batch.is_some();
+    let pairs = p.problem.element == Element::Bf16Pairs;
+    // The tile choice travels as the location of the match, so the dump shows it.
+    let shape = match p.problem.batch {
+        Some(b) => format!("{b}x{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
+        None => format!("{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
+    };
+    let split = |name: &str, s: Option<Split>| {
+        s.map_or(String::new(), |s| {
+            format!(", {name} split at {} (rest {})", s.at, s.rest)
+        })
+    };
+    // Rows of row part `r` (see `emit_row_split`).
+    let part_rows = |r: usize| match t.m_split {
+        Some(s) if r == 0 => s.at,
+        Some(s) => s.rest,
+        None => p.rows(),
+    };
+    let why = format!(
+        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}{}",
+        if batched { "batch_matmul" } else { "matmul" },
+        p.problem.element.name(),
+        p.chunks.as_ref().map_or(String::new(), |c| format!(
+            "thread chunks {}, ",
+            list(&c.sizes)
+        )),
+        t.mr,
+        t.nr,
+        t.ku,
+        t.kc.map_or("none".to_string(), |c| c.to_string()),
+        if p.packs(part_rows(0), t.nr) {
+            ", right operand packed"
+        } else {
+            ""
+        },
+        t.nc.map_or(String::new(), |b| format!(
+            ", column block {} over {} columns",
+            b.size, b.covers
+        )),
+        split("rows", t.m_split),
+        split("columns", t.n_split),
+        split("column rest", t.n_tail),
+        match (p.epilogue.is_some(), t.columns_outer) {
+            (true, _) => ", epilogue fused",
+            (false, true) => ", columns outermost",
+            (false, false) => "",
+        }
+    );
+    match &p.chunks {
+        None => writeln!(
+            out,
+            "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")
+    %fn{id} = transform.get_parent_op %c{id} {{isolated_from_above}} : ({ANY}) -> {ANY}"
+        )?,
+        Some(chunks) => emit_chunks(out, id, p, chunks, &why)?,
+    }
+    let (m_dim, n_dim) = if batched { (1, 2) } else { (0, 1) };
+    // Sizes over the contraction's loops (batch, m, n, k): a leading 1 tiles the batch.
+    let lead: &[i64] = if batched { &[1] } else { &[] };
+    let zero: &[i64] = if batched { &[0] } else { &[] };
+    let with_lead = |rest: &[i64]| [lead, rest].concat();
+    let with_zero = |rest: &[i64]| [zero, rest].concat();
+    let interchange = |loops: usize| -> String {
+        // The m and n tile loops swap when columns go outermost.
+        if !t.columns_outer {
+            return String::new();
+        }
+        let mut order: Vec<i64> = (0..loops as i64).collect();
+        order.swap(m_dim, n_dim);
+        format!(" interchange = {}", list(&order))
+    };
+    // Columns are cut first (outside any block loop: the rest is a narrow strip); rows are cut
+    // inside the reduction/column blocks, so both row parts reuse the cached right block.
+    // Column parts: (handle, register tile columns, column block).
+    let mut main = format!("%c{id}");
+    let mut column_parts = Vec::new();
+    if let Some(s) = t.n_split {
+        let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, s.at)?;
+        main = head;
+        match t.n_tail {
+            Some(tail) => {
+                let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, tail.at)?;
+                column_parts.push((vector, tail.at, None));
+                column_parts.push((last, tail.rest, None));
+            }
+            None => column_parts.push((rest, s.rest, None)),
+        }
+    }
+    let columns = p.chunks.as_ref().map_or(p.problem.n, |c| c.chunk.n);
+    let main_columns = t.n_split.map_or(columns, |s| s.at);
+    match t.nc {
+        Some(b) if b.covers < main_columns => {
+            let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, b.covers)?;
+            column_parts.insert(0, (rest, t.nr, None));
+            column_parts.insert(0, (blocked, t.nr, Some(b.size)));
+        }
+        _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
+    }
+    let whole = t.m_split.is_none() && t.n_split.is_none();
+    for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
+        let name = format!("{id}_{c}");
+        if let Some(kc) = t.kc {
+            let sizes = with_lead(&[0, nc.unwrap_or(0), kc]);
+            let loops = sizes.iter().filter(|&&s| s != 0).count();
+            writeln!(
+                out,
+                "    %b{name}, %bl{name}:{loops} = transform.structured.tile_using_for {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                list(&sizes),
+                handles(loops)
+            )?;
+            let mut reductions = Vec::new();
+            for (r, (row, mr)) in emit_row_split(out, &format!("%b{name}"), &name, m_dim, t)?
+                .into_iter()
+                .enumerate()
+            {
+                let part = format!("{name}_{r}");
+                let sizes = with_zero(&[mr, *nr, 0]);
+                writeln!(
+                    out,
+                    "    %t{part}, %tl{part}:2 = transform.structured.tile_using_for {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
+                    list(&sizes),
+                    interchange(sizes.len())
+                )?;
+                let tiled = if p.packs(part_rows(r), *nr) {
+                    emit_packing(
+                        out,
+                        &part,
+                        &format!("%t{part}"),
+                        p.problem.operand,
+                        zero,
+                        (kc, *nr),
+                    )?
+                } else {
+                    format!("%t{part}")
+                };
+                emit_reduction_tile(out, &part, &tiled, &with_zero(&[0, 0, t.ku]))?;
+                if pairs {
+                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
+                }
+                reductions.push(format!("%kl{part}"));
+            }
+            emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions, pairs)?;
+        } else {
+            for (r, (row, mr)) in emit_row_split(out, handle, &name, m_dim, t)?
+                .into_iter()
+                .enumerate()
+            {
+                let part = format!("{name}_{r}");
+                let (outer, tile) = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                let tile = if p.packs(part_rows(r), *nr) {
+                    emit_packing(
+                        out,
+                        &part,
+                        &tile,
+                        p.problem.operand,
+                        zero,
+                        (p.problem.k, *nr),
+                    )?
+                } else {
+                    tile
+                };
+                emit_reduction_tile(out, &part, &tile, &with_zero(&[0, 0, t.ku]))?;
+                if pairs {
+                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
+                }
+                emit_vectorize(out, &part, &outer, &[format!("%kl{part}")], pairs)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the product (through its epilogue, when it has one) into one `scf.forall` chunk per
+/// thread, pulling the product and its fill into the chunk loop, and binds `%c<id>` to the
+/// product inside it, which the rest of the schedule tiles like a whole product.
+pub(super) fn emit_chunks(
+    out: &mut String,
+    id: usize,
+    p: &Planned,
+    chunks: &Chunks,
+    why: &str,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %a{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")
+    %fn{id} = transform.get_parent_op %a{id} {{isolated_from_above}} : ({ANY}) -> {ANY}"
+    )?;
+    if p.fill_init {
+        writeln!(
+            out,
+            "    %af{id} = transform.get_producer_of_operand %a{id}[2] : ({ANY}) -> {ANY}"
+        )?;
+    }
+    let sizes = list(&chunks.sizes);
+    let containing = if p.epilogue.is_some() {
+        writeln!(
+            out,
+            "    %ae{id} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %fn{id} : ({ANY}) -> {ANY}
+    %we{id}, %w{id} = transform.structured.tile_using_forall %ae{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})
+    %c{id}, %wc{id} = transform.structured.fuse_into_containing_op %a{id} into %w{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
+        format!("%wc{id}")
+    } else {
+        writeln!(
+            out,
+            "    %c{id}, %w{id} = transform.structured.tile_using_forall %a{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})"
+        )?;
+        format!("%w{id}")
+    };
+    if p.fill_init {
+        writeln!(
+            out,
+            "    %wf{id}, %wfl{id} = transform.structured.fuse_into_containing_op %af{id} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
+    }
+    Ok(())
+}
+
+/// Splits `handle` along `dim` after `at`; returns the handles of the two parts.
+pub(super) fn emit_split(
+    out: &mut String,
+    handle: &str,
+    name: &str,
+    dim: usize,
+    at: i64,
+) -> Result<(String, String), std::fmt::Error> {
+    writeln!(
+        out,
+        "    %{name} = transform.structured.split {handle} after {at} {{dimension = {dim}}} : {ANY}
+    %{name}_0, %{name}_1 = transform.split_handle %{name} : ({ANY}) -> ({ANY}, {ANY})"
+    )?;
+    Ok((format!("%{name}_0"), format!("%{name}_1")))
+}
+
+/// The row parts of `handle` with their register-tile rows: itself, or its two halves when
+/// the rows are split.
+pub(super) fn emit_row_split(
+    out: &mut String,
+    handle: &str,
+    name: &str,
+    dim: usize,
+    t: &Tiles,
+) -> Result<Vec<(String, i64)>, std::fmt::Error> {
+    Ok(match t.m_split {
+        Some(s) => {
+            let (main, rest) = emit_split(out, handle, &format!("m{name}"), dim, s.at)?;
+            vec![(main, t.mr), (rest, s.rest)]
+        }
+        None => vec![(handle.to_string(), t.mr)],
+    })
+}
+
+/// Rows of a right-operand panel copied per iteration of the packing loop.
+pub(super) const PACK_ROWS: i64 = 8;
+
+/// Packs the right operand of the register tile `handle`: its `kc` x `nr` slice (`k` x `nr`
+/// unblocked) is copied (a zero-width `nofold` pad) and the copy hoisted out of the register
+/// tile's two loops, which turns it into one contiguous panel per column tile, built once per
+/// reduction block (once per product or thread chunk unblocked). Rows of the right operand
+/// are a row stride apart; at 1024 f32 columns that stride is 4 KiB, every row of a panel
+/// falls in the same L1 set and no prefetcher follows. Packed, the panel is read as one
+/// stream (1024³ on one Zen 3 core: 38 to 80 GFLOP/s). Returns the handle of the padded
+/// register tile.
+pub(super) fn emit_packing(
+    out: &mut String,
+    part: &str,
+    handle: &str,
+    operand: &str,
+    zero: &[i64],
+    (kc, nr): (i64, i64),
+) -> Result<String, std::fmt::Error> {
+    let dims: Vec<i64> = (0..zero.len() as i64 + 3).collect();
+    // The copy moves `rows` rows of the panel per iteration (unrolled whole, a 256-deep panel
+    // was 512 vector transfers, and LLVM took a second over three of them).
+    let rows = largest_divisor_at_most(kc, PACK_ROWS);
+    let zero_value = format!("0.0 : {operand}");
+    writeln!(
+        out,
+        "    %pd{part}, %pp{part}, %pc{part} = transform.structured.pad {handle} {{padding_values = [{zero_value}, {zero_value}, 0.0 : {accumulator}], padding_dimensions = {}, nofold_flags = {}, copy_back_op = \"none\"}} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
+    %ph{part} = transform.structured.hoist_pad %pp{part} by 2 loops : ({ANY}) -> {ANY}
+    %pr{part}, %prl{part} = transform.structured.tile_using_for %ph{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
+    transform.structured.vectorize %pr{part} vector_sizes {} : {ANY}",
+        list(&dims),
+        list(&[0, 1, 0]),
+        list(&[zero, &[rows, 0]].concat()),
+        list(&[&vec![1; zero.len()], &[rows, nr][..]].concat()),
+        accumulator = if operand == "f64" { "f64" } else { "f32" },
+    )?;
+    Ok(format!("%pd{part}"))
+}
+
+/// The reduction loop of a register tile, `ku` steps per iteration.
+pub(super) fn emit_reduction_tile(
+    out: &mut String,
+    part: &str,
+    handle: &str,
+    sizes: &[i64],
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %k{part}, %kl{part} = transform.structured.tile_using_for {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})",
+        list(sizes)
+    )
+}
+
+/// A pairs product's register tile (`%k<part>`, one step of the reduction) cut into one
+/// `1 x PAIR_LANES` tile per row and vector, its loops unrolled: each vectorises to a
+/// contraction of one pair of the left operand with a vector of pairs of the right one, which
+/// the x86vector patterns turn into a broadcast and a dot product. `zero` leads the sizes over
+/// a batch, whose register tile is one product already.
+pub(super) fn emit_pair_lanes(
+    out: &mut String,
+    part: &str,
+    zero: &[i64],
+    (mr, nr): (i64, i64),
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %u{part}, %ul{part}:2 = transform.structured.tile_using_for %k{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
+    transform.loop.unroll %ul{part}#1 {{factor = {}}} : {ANY}
+    transform.loop.unroll %ul{part}#0 {{factor = {mr}}} : {ANY}",
+        list(&[zero, &[1, PAIR_LANES]].concat()),
+        nr / PAIR_LANES
+    )
+}
+
+/// Register tiles for a product without reduction blocks: tiles the product (or its fused
+/// elementwise consumer, pulling the product in) and fuses the fill where it can; the caller
+/// packs the right operand and tiles the reduction. `whole`: the part is the whole product
+/// (the fill and epilogue are its own). Returns the handles of the outermost loop and of the
+/// product's register tile.
+pub(super) fn emit_register_tiles(
+    out: &mut String,
+    contraction: usize,
+    part: &str,
+    handle: &str,
+    p: &Planned,
+    (mr, nr): (i64, i64),
+    whole: bool,
+) -> Result<(String, String), std::fmt::Error> {
+    let batched = p.problem.batch.is_some();
+    let lead: &[i64] = if batched { &[1] } else { &[] };
+    let epilogue = p.epilogue.is_some() && whole;
+    let fill = p.fill_init && whole;
+    if fill && epilogue {
+        writeln!(
+            out,
+            "    %f{part} = transform.get_producer_of_operand {handle}[2] : ({ANY}) -> {ANY}"
+        )?;
+    }
+    let (target, sizes) = if epilogue {
+        writeln!(
+            out,
+            "    %e{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {contraction} : i64}} in %fn{contraction} : ({ANY}) -> {ANY}"
+        )?;
+        (format!("%e{part}"), [lead, &[mr, nr]].concat())
+    } else {
+        (handle.to_string(), [lead, &[mr, nr, 0]].concat())
+    };
+    let loops = sizes.iter().filter(|&&s| s != 0).count();
+    // Without an epilogue the fill is the loop's destination: only `structured.fuse` reaches
+    // it, and only when it would fuse nothing else.
+    let fuse_fill = !epilogue && fill && p.only_fill_fusable;
+    writeln!(
+        out,
+        "    %t{part}, %tl{part}:{loops} = transform.structured.{} {target} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+        if fuse_fill { "fuse" } else { "tile_using_for" },
+        list(&sizes),
+        handles(loops)
+    )?;
+    let mut containing = format!("%tl{part}#0");
+    let mut inner = format!("%t{part}");
+    if epilogue {
+        writeln!(
+            out,
+            "    %p{part}, %pl{part} = transform.structured.fuse_into_containing_op {handle} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+        )?;
+        containing = format!("%pl{part}");
+        inner = format!("%p{part}");
+        if fill {
+            writeln!(
+                out,
+                "    %ff{part}, %fl{part} = transform.structured.fuse_into_containing_op %f{part} into {containing} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
+            )?;
+            containing = format!("%fl{part}");
+        }
+    }
+    Ok((containing, inner))
+}
+
+/// Vectorises the tiled ops inside `outer` (and only them: fill, contraction and epilogue
+/// tiles), folds tensor slices into the transfers and keeps each accumulator in registers
+/// across its reduction loop (`reductions`). Only those loops hoist their accumulator: hoisting
+/// the row parts' slices out of a reduction block loop would make bufferization copy them.
+/// Canonicalization comes after the hoisting, as it folds single-iteration reduction loops
+/// (which then need no hoisting, but would leave their handles without a replacement).
+/// `pairs`: the contractions become AVX512-BF16 dot products once their accumulators are
+/// hoisted (their unit dimensions stay: the patterns expect them).
+pub(super) fn emit_vectorize(
+    out: &mut String,
+    name: &str,
+    outer: &str,
+    reductions: &[String],
+    pairs: bool,
+) -> std::fmt::Result {
+    let unit_dims = if pairs {
+        ""
+    } else {
+        "\n      transform.apply_patterns.vector.cast_away_vector_leading_one_dim"
+    };
+    writeln!(
+        out,
+        "    %v{name} = transform.structured.match interface{{LinalgOp}} in {outer} : ({ANY}) -> {ANY}
+    transform.structured.vectorize %v{name} {{create_named_contraction}} : {ANY}
+    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers{unit_dims}
+    }} : {ANY}
+    %s{name} = transform.structured.match ops{{[\"scf.for\"]}} in {outer} : ({ANY}) -> {ANY}
+    transform.apply_licm to %s{name} : {ANY}"
+    )?;
+    for reduction in reductions {
+        writeln!(
+            out,
+            "    transform.loop.hoist_loop_invariant_subsets {reduction} : {ANY}"
+        )?;
+    }
+    writeln!(
+        out,
+        "    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers
+      transform.apply_patterns.canonicalization
+    }} : {ANY}
+    transform.apply_cse to {outer} : {ANY}"
+    )?;
+    if pairs {
+        writeln!(
+            out,
+            "    transform.apply_patterns to {outer} {{
+      transform.apply_patterns.x86vector.vector_contract_to_packed_type_dot_product
+    }} : {ANY}
+    transform.apply_cse to {outer} : {ANY}"
+        )?;
+    }
+    Ok(())
+}
+
+/// The whole schedule as a module holding `@__transform_main`, for the planned contractions
+/// but those `merged` into an identical one's function.
+pub(super) fn emit(planned: &[Planned], merged: &[i64]) -> Result<String> {
+    let mut body = String::new();
+    for (id, p) in planned.iter().enumerate() {
+        if merged.contains(&(id as i64)) {
+            continue;
+        }
+        emit_one(&mut body, id, p).map_err(|_| Error::PassPipeline {
+            pipeline: "schedule".to_string(),
+            message: "cannot format the transform schedule".to_string(),
+        })?;
+    }
+    Ok(script(&body))
+}
