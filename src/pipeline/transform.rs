@@ -104,8 +104,8 @@ pub fn is_entry<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
             .is_ok_and(|a| a.to_string() == format!("\"{ENTRY}\""))
 }
 
-/// Erases the transform script, the module attribute and the tags that [`attach`] or
-/// [`super::parallel::attach`] added.
+/// Erases the transform script and the module attribute [`append_script`] added, and the
+/// stage's `tags` ([`super::schedule::attach`]'s or [`super::parallel::attach`]'s).
 pub fn detach(module: &mut Module, tags: &[&str]) {
     loop {
         let mut found = None;
