@@ -28,8 +28,10 @@
 //! own and copied that into the output.
 
 use super::ir::builder::Builder;
-use super::ir::maps::{affine_map, identity_map};
-use super::ir::maps::{elementwise_maps, map_results, result_dim};
+use super::ir::maps::{
+    MapResult, affine_map, elementwise_maps, identity_map, indexing_maps, is_identity_of,
+    map_results,
+};
 use super::ir::ops::{op_name as name, result_owner, sole_use, static_shape, tensor_shape};
 use crate::error::{Error, Result};
 use melior::{
@@ -46,13 +48,21 @@ const RESHAPES: &[&str] = &["tensor.collapse_shape", "tensor.expand_shape"];
 /// The stage whose hook runs this module's rewrites: its errors name it.
 const STAGE: &str = "schedule";
 
-/// The printed indexing maps of a generic, one per operand.
-fn maps(op: &OperationRef) -> Option<Vec<String>> {
+/// The indexing maps of a generic as text, one per operand: what a folded generic is built
+/// from (the analyses read them typed, through [`indexing_maps`]).
+fn printed_maps(op: &OperationRef) -> Option<Vec<String>> {
     let maps = op.attribute("indexing_maps").ok()?;
     let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
     (0..maps.len())
         .map(|i| maps.element(i).ok().map(|m| m.to_string()))
         .collect()
+}
+
+/// Whether `op` reads its operand `feed` whole: through the identity map of `rank` loops.
+fn feeds_whole(op: &OperationRef, feed: usize, rank: usize) -> bool {
+    indexing_maps(op)
+        .and_then(|maps| maps.get(feed).copied())
+        .is_some_and(|map| is_identity_of(map, rank))
 }
 
 /// A generic the chain can take in: all-parallel with a plain body writing `f32`/`f64`, one
@@ -88,8 +98,8 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
         .count();
     let inputs = op.operand_count() - 1;
     let mut out = Vec::new();
-    for (i, map) in maps(op)?.into_iter().enumerate().take(inputs) {
-        if map == identity_map(own.len()) {
+    for (i, map) in indexing_maps(op)?.into_iter().enumerate().take(inputs) {
+        if is_identity_of(map, own.len()) {
             if tensor_shape(op.operand(i).ok()?)?.0 != own {
                 return None;
             }
@@ -97,12 +107,15 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
             continue;
         }
         let mut results = Vec::new();
-        for result in map_results(&map)? {
-            if result == "0" {
-                results.push(result.to_string());
-                continue;
-            }
-            let d = result_dim(result)?;
+        for result in map_results(map) {
+            let d = match result {
+                MapResult::Zero => {
+                    results.push("0".to_string());
+                    continue;
+                }
+                MapResult::Dim(d) => d,
+                MapResult::Other => return None,
+            };
             // Loop `d` of the consumer is loop `d + shape.len() - own.len()` of the chain when
             // it lies among the shared trailing dimensions.
             if d + shared < own.len() {
@@ -181,7 +194,7 @@ fn fold_one<'c, 'a>(
     let consumer_arguments = arguments(&consumer)?;
     let init = match previous {
         Some(previous) => {
-            let previous_maps = maps(&previous)
+            let previous_maps = printed_maps(&previous)
                 .ok_or_else(|| Error::stage(STAGE, "a generic without maps".to_string()))?;
             let count = previous.operand_count() - 1;
             let previous_arguments = arguments(&previous)?;
@@ -338,8 +351,8 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
             break;
         }
         let op_maps = if reshapes.is_empty() {
-            let own_maps = maps(&op).unwrap_or_default();
-            let direct = own_maps.get(feed) == Some(&identity_map(shape.len()))
+            let own_maps = printed_maps(&op).unwrap_or_default();
+            let direct = feeds_whole(&op, feed, shape.len())
                 && tensor_shape(
                     op.result(0)
                         .map_err(|e| Error::stage(STAGE, e.to_string()))?
@@ -365,8 +378,15 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
                 None => break,
             }
         };
-        // The chain's value replaces the fed operand, so that operand must be read whole.
-        if op_maps.get(feed) != Some(&identity_map(shape.len())) {
+        // The chain's value replaces the fed operand, so that operand must be read whole (the
+        // reshaped maps keep an identity map the identity).
+        let own_rank = tensor_shape(
+            op.result(0)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?
+                .into(),
+        )
+        .map_or(0, |(s, _)| s.len());
+        if !feeds_whole(&op, feed, own_rank) {
             break;
         }
         head = fold_one(context, previous, head, op, feed, op_maps)?;

@@ -32,7 +32,7 @@
 //! (`bufferization.to_tensor` without `writable`); `noalias` only forbids overlaps where one
 //! side writes.
 
-use super::ir::ops::{for_each_result_use, op_name};
+use super::ir::ops::{for_each_result_use, has_layout, is_pointer, op_name};
 use super::ir::outlining::*;
 use crate::error::{Error, Result};
 use melior::{
@@ -179,10 +179,9 @@ pub fn outline(context: &Context, module: &mut Module) -> Result<usize> {
 fn strided_copies_to_linalg(context: &Context, module: &Module) -> Result<usize> {
     let mut copies = Vec::new();
     module.as_operation().walk(WalkOrder::PreOrder, |op| {
-        // A memref type prints a layout only when it is not the identity.
         let strided = op
             .operands()
-            .any(|v| MemRefType::try_from(v.r#type()).is_ok_and(|t| t.to_string().contains(',')));
+            .any(|v| MemRefType::try_from(v.r#type()).is_ok_and(has_layout));
         if op_name(&op) == "memref.copy" && strided {
             copies.push(op.to_raw());
         }
@@ -237,7 +236,7 @@ pub fn mark_noalias(context: &Context, module: &mut Module) -> Result<usize> {
             usize::try_from(p)
                 .ok()
                 .and_then(|p| entry?.argument(p).ok())
-                .is_some_and(|a| a.r#type().to_string() == "!llvm.ptr")
+                .is_some_and(|a| is_pointer(a.r#type()))
         };
         if op_name(&op) != "llvm.func" || !positions.iter().all(|&p| pointer(p)) {
             return Err(Error::stage(

@@ -9,8 +9,8 @@
 //! dimensions collapsed, shaped back for its users.
 
 use super::ir::builder::Builder;
-use super::ir::maps::identity_map;
-use super::ir::ops::{constant, op_name, tensor_shape, vector_shape};
+use super::ir::maps::{identity_map, is_identity_of, map_of};
+use super::ir::ops::{all_true, constant, op_name, tensor_shape, vector_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
@@ -44,10 +44,10 @@ fn pair_read(op: &OperationRef) -> Option<Vec<i64>> {
     let leading_units = vector.len() == rank && vector[..rank - 2].iter().all(|&d| d == 1);
     let in_place = op
         .attribute("permutation_map")
-        .is_ok_and(|m| m.to_string() == identity_map(rank))
-        && op
-            .attribute("in_bounds")
-            .is_ok_and(|b| b.to_string() == all_in_bounds(rank));
+        .ok()
+        .and_then(map_of)
+        .is_some_and(|m| is_identity_of(m, rank))
+        && op.attribute("in_bounds").is_ok_and(|b| all_true(b, rank));
     (leading_units
         && vector[rank - 1] == 2
         && in_place

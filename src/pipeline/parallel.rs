@@ -10,7 +10,10 @@
 //! short rows whose operands all use the identity map is also flattened into one loop (in each
 //! chunk when it is split), since LLVM vectorises only the innermost loop ([`SHORT_ROWS`]).
 
-use super::ir::maps::{body_ops, map_results, plain_body, result_dim};
+use super::ir::maps::{
+    IteratorKind, MapResult, backward_dims, body_ops, indexing_maps, is_identity_of,
+    iterator_kinds, map_results, plain_body,
+};
 use super::ir::ops::{op_name, tensor_shape};
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
@@ -19,8 +22,8 @@ use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK};
 use melior::{
     Context,
     ir::{
-        Module, OperationRef, RegionLike, attribute::ArrayAttribute, block::BlockLike,
-        operation::OperationLike, operation::OperationResult,
+        Module, OperationRef, RegionLike, block::BlockLike, operation::OperationLike,
+        operation::OperationResult,
     },
 };
 use std::collections::{HashMap, HashSet};
@@ -111,30 +114,23 @@ pub fn choose(ranges: &[i64], parallel: &[bool], min_work: i64, threads: i64) ->
 /// The loop ranges of a `linalg.generic` and which loops are parallel, from its indexing maps
 /// and static operand shapes.
 fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
-    let iterators = op.attribute("iterator_types").ok()?.to_string();
-    let parallel: Vec<bool> = iterators
-        .split(',')
-        .map(|i| i.contains("parallel"))
+    let parallel: Vec<bool> = iterator_kinds(op)?
+        .into_iter()
+        .map(|kind| kind == IteratorKind::Parallel)
         .collect();
-    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let maps = indexing_maps(op)?;
     let mut ranges = vec![None; parallel.len()];
     // Loops an operand is read backwards along (a transposed convolution's flipped kernel,
     // `-d3 + 2`).
     let mut backwards = Vec::new();
     for (i, operand) in op.operands().enumerate() {
-        let map = maps.element(i).ok()?.to_string();
-        for result in map_results(&map)? {
-            backwards.extend(
-                result
-                    .split(|c: char| c.is_whitespace() || "+*()".contains(c))
-                    .filter_map(|token| token.strip_prefix('-').and_then(result_dim)),
-            );
-        }
+        let map = *maps.get(i)?;
+        backwards.extend(backward_dims(map));
         let Some((shape, _)) = tensor_shape(operand) else {
             continue;
         };
-        for (j, result) in map_results(&map)?.into_iter().enumerate() {
-            if let Some(d) = result_dim(result)
+        for (j, result) in map_results(map).into_iter().enumerate() {
+            if let MapResult::Dim(d) = result
                 && d < ranges.len()
             {
                 ranges[d] = Some(*shape.get(j)?);
@@ -192,8 +188,7 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
     if op.operand_count() < 2 || op.result_count() != 1 {
         return None;
     }
-    let iterators = op.attribute("iterator_types").ok()?.to_string();
-    if iterators.contains("reduction") {
+    if iterator_kinds(op)?.contains(&IteratorKind::Reduction) {
         return None;
     }
     if !plain_body(op) {
@@ -206,13 +201,15 @@ fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> 
     if rank < 2 || !values.iter().all(|&v| word(v)) {
         return None;
     }
-    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    let maps = indexing_maps(op)?;
     let mut dims = Vec::new();
     for i in 0..values.len() {
-        let map = maps.element(i).ok()?.to_string();
-        let read: Vec<usize> = map_results(&map)?
+        let read: Vec<usize> = map_results(*maps.get(i)?)
             .into_iter()
-            .map(result_dim)
+            .map(|result| match result {
+                MapResult::Dim(d) => Some(d),
+                MapResult::Zero | MapResult::Other => None,
+            })
             .collect::<Option<_>>()?;
         let mut sorted = read.clone();
         sorted.sort_unstable();
@@ -267,14 +264,8 @@ fn flattens(op: &OperationRef) -> bool {
     let Some(&inner) = ranges.last() else {
         return false;
     };
-    let identity = super::ir::maps::identity_map(rank);
-    let maps = op
-        .attribute("indexing_maps")
-        .ok()
-        .and_then(|m| ArrayAttribute::try_from(m).ok());
-    let all_identity = maps.is_some_and(|maps| {
-        maps.len() == op.operand_count()
-            && (0..maps.len()).all(|i| maps.element(i).is_ok_and(|m| m.to_string() == identity))
+    let all_identity = indexing_maps(op).is_some_and(|maps| {
+        maps.len() == op.operand_count() && maps.iter().all(|m| is_identity_of(*m, rank))
     });
     rank >= 2
         && parallel.iter().all(|&p| p)

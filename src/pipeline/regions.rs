@@ -28,7 +28,7 @@ use melior::{
     Context, StringRef,
     ir::{
         Attribute, BlockLike, Module, OperationRef, RegionLike, Value, ValueLike,
-        attribute::{ArrayAttribute, AttributeLike, DenseI64ArrayAttribute},
+        attribute::{ArrayAttribute, AttributeLike, DenseI64ArrayAttribute, DictionaryAttribute},
         block::BlockArgument,
         operation::{OperationLike, WalkOrder, WalkResult},
     },
@@ -212,7 +212,9 @@ fn noalias_arguments<'c: 'a, 'a>(function: &OperationRef<'c, 'a>) -> Vec<usize> 
     (0..list.len())
         .filter(|&i| {
             list.element(i)
-                .is_ok_and(|a| a.to_string().contains(NOALIAS_ATTRIBUTE))
+                .ok()
+                .and_then(|a| DictionaryAttribute::try_from(a).ok())
+                .is_some_and(|d| d.element_by_name(NOALIAS_ATTRIBUTE).is_some())
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use melior::{
     Context,
     ir::{
         Attribute, BlockLike, Module,
-        attribute::IntegerAttribute,
+        attribute::{IntegerAttribute, StringAttribute},
         operation::{OperationLike, OperationMutLike, WalkOrder, WalkResult},
         r#type::IntegerType,
     },
@@ -101,7 +101,9 @@ pub fn is_entry<'c: 'a, 'a>(op: &impl OperationLike<'c, 'a>) -> bool {
     op.name().as_string_ref().as_str() == Ok("transform.named_sequence")
         && op
             .attribute("sym_name")
-            .is_ok_and(|a| a.to_string() == format!("\"{ENTRY}\""))
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .is_some_and(|name| name.value() == ENTRY)
 }
 
 /// Erases the transform script and the module attribute [`append_script`] added, and the

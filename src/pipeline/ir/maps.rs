@@ -3,7 +3,12 @@
 //! op's maps and body say: which operands it reads broadcast, whether its body is plain.
 
 use super::ops::{op_name, tensor_shape};
-use melior::ir::{BlockLike, RegionLike, Value, operation::OperationLike};
+use melior::ir::{
+    AffineExpr, AffineMap, Attribute, BlockLike, OperationRef, RegionLike, Value,
+    attribute::{ArrayAttribute, AttributeLike},
+    operation::OperationLike,
+};
+use mlir_sys::{mlirAffineMapAttrGetValue, mlirAttributeIsAAffineMap};
 
 /// `affine_map<(d0, …, d{rank-1}) -> (results…)>`, each result an affine expression of the
 /// dimensions (`d1`, `0`, `d0 * 2 + d2`).
@@ -27,36 +32,122 @@ pub fn dim(d: usize) -> String {
     format!("d{d}")
 }
 
-/// The result expressions of a printed affine map: `["d0", "0"]` for
-/// `affine_map<(d0, d1) -> (d0, 0)>`.
-pub fn map_results(map: &str) -> Option<Vec<&str>> {
-    let results = map.split_once("-> (")?.1.strip_suffix(")>")?;
-    Some(results.split(", ").filter(|r| !r.is_empty()).collect())
+/// One result of an indexing map, as the analyses read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapResult {
+    /// A plain loop dimension: `d2`.
+    Dim(usize),
+    /// The constant 0 (a broadcast dimension).
+    Zero,
+    /// Anything else: another constant, a sum, a product.
+    Other,
 }
 
-/// The loop a map result reads when it is a plain dimension: `d2` → 2.
-pub fn result_dim(result: &str) -> Option<usize> {
-    result.strip_prefix('d')?.parse().ok()
+/// The affine map an attribute holds (`None` for another attribute).
+pub fn map_of<'c>(attribute: Attribute<'c>) -> Option<AffineMap<'c>> {
+    // SAFETY: a live attribute; the map is read only when the attribute holds one, and it
+    // lives in the attribute's context.
+    unsafe {
+        mlirAttributeIsAAffineMap(attribute.to_raw())
+            .then(|| AffineMap::from_raw(mlirAffineMapAttrGetValue(attribute.to_raw())))
+    }
 }
 
-/// Whether a printed affine map only drops or broadcasts dimensions, in order, like
-/// `(d0, d1) -> (d1)` or `(d0, d1) -> (0, d1)` (reads that vectorise to plain transfers).
-pub fn is_broadcast_map(map: &str, rank: usize) -> bool {
-    let Some(results) = map_results(map) else {
-        return false;
-    };
-    let mut last = None;
-    results.into_iter().all(|r| {
-        if r == "0" {
-            return true;
+/// A structured op's `indexing_maps`, one per operand.
+pub fn indexing_maps<'c>(op: &OperationRef<'c, '_>) -> Option<Vec<AffineMap<'c>>> {
+    let maps = ArrayAttribute::try_from(op.attribute("indexing_maps").ok()?).ok()?;
+    (0..maps.len())
+        .map(|i| maps.element(i).ok().and_then(map_of))
+        .collect()
+}
+
+/// What each result of `map` is.
+pub fn map_results(map: AffineMap) -> Vec<MapResult> {
+    (0..map.result_count())
+        .map(|i| match map.result(i) {
+            Ok(e) if e.is_dim() => MapResult::Dim(e.dim_position()),
+            Ok(e) if e.is_constant() && e.constant_value() == 0 => MapResult::Zero,
+            _ => MapResult::Other,
+        })
+        .collect()
+}
+
+/// The loops a map result `expr` reads backwards: dimensions with a negative coefficient (a
+/// transposed convolution's flipped kernel, `-d3 + 2`).
+fn backwards_in(expr: AffineExpr, out: &mut Vec<usize>) {
+    if expr.is_mul() {
+        let (lhs, rhs) = (expr.lhs(), expr.rhs());
+        if lhs.is_dim() && rhs.is_constant() && rhs.constant_value() < 0 {
+            out.push(lhs.dim_position());
         }
-        let Some(d) = result_dim(r) else {
-            return false;
-        };
-        let ordered = d < rank && last.is_none_or(|l| d > l);
-        last = Some(d);
-        ordered
+    }
+    if expr.is_binary() {
+        backwards_in(expr.lhs(), out);
+        backwards_in(expr.rhs(), out);
+    }
+}
+
+/// The loops any result of `map` reads backwards (see [`backwards_in`]).
+pub fn backward_dims(map: AffineMap) -> Vec<usize> {
+    let mut out = Vec::new();
+    for i in 0..map.result_count() {
+        if let Ok(expr) = map.result(i) {
+            backwards_in(expr, &mut out);
+        }
+    }
+    out
+}
+
+/// Whether `map` is the identity over exactly `rank` dimensions.
+pub fn is_identity_of(map: AffineMap, rank: usize) -> bool {
+    map.dim_count() == rank && map.symbol_count() == 0 && map.is_identity()
+}
+
+/// Whether a map only drops or broadcasts dimensions, in order, like `(d0, d1) -> (d1)` or
+/// `(d0, d1) -> (0, d1)` (reads that vectorise to plain transfers).
+pub fn is_broadcast_map(map: AffineMap, rank: usize) -> bool {
+    let mut last = None;
+    map_results(map).into_iter().all(|r| match r {
+        MapResult::Zero => true,
+        MapResult::Dim(d) => {
+            let ordered = d < rank && last.is_none_or(|l| d > l);
+            last = Some(d);
+            ordered
+        }
+        MapResult::Other => false,
     })
+}
+
+/// The kind of a structured op's loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IteratorKind {
+    Parallel,
+    Reduction,
+}
+
+/// A `linalg.generic`'s `iterator_types`, one per loop (`None` for an op without them).
+pub fn iterator_kinds(op: &OperationRef) -> Option<Vec<IteratorKind>> {
+    let context = op.context();
+    let kinds = ArrayAttribute::try_from(op.attribute("iterator_types").ok()?).ok()?;
+    // SAFETY: the op's context outlives this call.
+    let context = unsafe { context.to_ref() };
+    let reduction = Attribute::parse(context, "#linalg.iterator_type<reduction>")?;
+    (0..kinds.len())
+        .map(|i| {
+            kinds.element(i).ok().map(|kind| {
+                if kind == reduction {
+                    IteratorKind::Reduction
+                } else {
+                    IteratorKind::Parallel
+                }
+            })
+        })
+        .collect()
+}
+
+/// Whether any loop of `op` is a reduction (`false` for an op without iterator types).
+pub fn has_reduction(op: &OperationRef) -> bool {
+    iterator_kinds(op).is_some_and(|kinds| kinds.contains(&IteratorKind::Reduction))
 }
 
 /// The ops of a structured op's body (its region's first block), the yield included; `None`
@@ -84,10 +175,9 @@ pub fn plain_body(op: &melior::ir::OperationRef) -> bool {
 /// its indexing map is the identity. `None` when the generic cannot be fused as an epilogue
 /// (including when an operand is read through a transposing map).
 pub fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
-    let iterators = op.attribute("iterator_types").ok()?.to_string();
-    let maps = op.attribute("indexing_maps").ok()?;
-    let maps = melior::ir::attribute::ArrayAttribute::try_from(maps).ok()?;
-    if iterators.contains("reduction") || op.result_count() != 1 {
+    iterator_kinds(op)?;
+    let maps = indexing_maps(op)?;
+    if has_reduction(op) || op.result_count() != 1 {
         return None;
     }
     // An f32/f64 result, read from f32/f64 operands or 32/64-bit integers (a grouped
@@ -108,15 +198,10 @@ pub fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
     }
     let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
     let rank = shape.len();
-    let identity = identity_map(rank);
-    let maps = (0..maps.len())
-        .map(|i| maps.element(i).map(|m| m.to_string()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .ok()?;
-    if !maps.iter().all(|m| is_broadcast_map(m, rank)) {
+    if !maps.iter().all(|m| is_broadcast_map(*m, rank)) {
         return None;
     }
-    let flags: Vec<bool> = maps.iter().map(|m| *m == identity).collect();
+    let flags: Vec<bool> = maps.iter().map(|m| is_identity_of(*m, rank)).collect();
     // The output must be written with the identity map.
     if flags.last() != Some(&true) || flags.len() != op.operand_count() {
         return None;
@@ -138,13 +223,48 @@ mod tests {
         assert_eq!(affine_map::<&str>(2, &[]), "affine_map<(d0, d1) -> ()>");
     }
 
+    /// The affine map `text` parses to.
+    fn parsed<'c>(context: &'c melior::Context, text: &str) -> AffineMap<'c> {
+        map_of(Attribute::parse(context, text).expect("an affine map")).expect("an affine map")
+    }
+
     #[test]
     fn broadcast_maps() {
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d0, d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> (0, d1)>", 2));
-        assert!(is_broadcast_map("affine_map<(d0, d1) -> ()>", 2));
-        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d1, d0)>", 2));
-        assert!(!is_broadcast_map("affine_map<(d0, d1) -> (d0 + d1)>", 2));
+        let context = crate::context::new_context().expect("default LLVM options parse");
+        let map = |text| parsed(&context, text);
+        assert!(is_broadcast_map(map("affine_map<(d0, d1) -> (d0, d1)>"), 2));
+        assert!(is_broadcast_map(map("affine_map<(d0, d1) -> (d1)>"), 2));
+        assert!(is_broadcast_map(map("affine_map<(d0, d1) -> (0, d1)>"), 2));
+        assert!(is_broadcast_map(map("affine_map<(d0, d1) -> ()>"), 2));
+        assert!(!is_broadcast_map(
+            map("affine_map<(d0, d1) -> (d1, d0)>"),
+            2
+        ));
+        assert!(!is_broadcast_map(
+            map("affine_map<(d0, d1) -> (d0 + d1)>"),
+            2
+        ));
+        assert!(!is_broadcast_map(map("affine_map<(d0, d1) -> (d0, 1)>"), 2));
+    }
+
+    #[test]
+    fn results_identity_and_backward_reads() {
+        let context = crate::context::new_context().expect("default LLVM options parse");
+        let map = |text| parsed(&context, text);
+        let flipped = map("affine_map<(d0, d1, d2, d3) -> (d0, -d3 + 2, d1 * 2 + d2, 0)>");
+        assert_eq!(
+            map_results(flipped),
+            [
+                MapResult::Dim(0),
+                MapResult::Other,
+                MapResult::Other,
+                MapResult::Zero
+            ]
+        );
+        assert_eq!(backward_dims(flipped), [3]);
+        assert!(backward_dims(map("affine_map<(d0, d1) -> (d1 * 2 + d0)>")).is_empty());
+        assert!(is_identity_of(map("affine_map<(d0, d1) -> (d0, d1)>"), 2));
+        assert!(!is_identity_of(map("affine_map<(d0, d1) -> (d0, d1)>"), 3));
+        assert!(!is_identity_of(map("affine_map<(d0, d1) -> (d1, d0)>"), 2));
     }
 }

@@ -2,15 +2,20 @@
 //! vector or memref value, an index constant's value, a value's sole use.
 
 use melior::ir::{
-    OperationRef, Type, Value, ValueLike,
-    attribute::IntegerAttribute,
+    Attribute, OperationRef, Type, Value, ValueLike,
+    attribute::{ArrayAttribute, AttributeLike, IntegerAttribute},
     operation::{OperationLike, OperationResult},
     r#type::{DimSize, RankedTensorType, ShapedTypeLike},
+    r#type::{MemRefType, TypeLike},
 };
 use mlir_sys::{
-    MlirOperation, mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
-    mlirOpOperandIsNull, mlirOperationGetNumResults, mlirOperationGetParentOperation,
-    mlirOperationGetResult, mlirValueGetFirstUse,
+    MlirOperation, mlirAffineMapAttrGetValue, mlirAffineMapIsIdentity, mlirAttributeIsAAffineMap,
+    mlirAttributeIsABool, mlirBoolAttrGetValue, mlirLLVMPointerTypeGetAddressSpace,
+    mlirMemRefTypeGetLayout, mlirMemRefTypeGetMemorySpace, mlirOpOperandGetNextUse,
+    mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner, mlirOpOperandIsNull,
+    mlirOperationGetNumResults, mlirOperationGetParentOperation, mlirOperationGetResult,
+    mlirShapedTypeGetDimSize, mlirShapedTypeGetElementType, mlirShapedTypeGetRank,
+    mlirTypeIsALLVMPointerType, mlirTypeIsAVector, mlirValueGetFirstUse, mlirVectorTypeIsScalable,
 };
 
 pub fn op_name(op: &OperationRef) -> String {
@@ -37,16 +42,55 @@ pub fn raw_value(value: Value) -> usize {
     value.to_raw().ptr as usize
 }
 
-/// The static shape of a vector type (`vector<1x16x2xbf16>` → `[1, 16, 2]`) and its element.
+/// The shape of a fixed-size vector type of rank one or more (`vector<1x16x2xbf16>` →
+/// `[1, 16, 2]`) and its element.
 pub fn vector_shape(ty: Type) -> Option<(Vec<i64>, String)> {
-    let text = ty.to_string();
-    let inner = text.strip_prefix("vector<")?.strip_suffix('>')?;
-    let (dims, element) = inner.rsplit_once('x')?;
-    let dims = dims
-        .split('x')
-        .map(|d| d.parse().ok())
-        .collect::<Option<Vec<i64>>>()?;
-    Some((dims, element.to_string()))
+    let raw = ty.to_raw();
+    // SAFETY: a live type; shapes are read only from a vector type, within its rank.
+    unsafe {
+        if !mlirTypeIsAVector(raw) || mlirVectorTypeIsScalable(raw) {
+            return None;
+        }
+        let rank = isize::try_from(mlirShapedTypeGetRank(raw)).ok()?;
+        let dims = (0..rank)
+            .map(|d| mlirShapedTypeGetDimSize(raw, d))
+            .collect::<Vec<_>>();
+        let element = Type::from_raw(mlirShapedTypeGetElementType(raw));
+        (rank > 0).then(|| (dims, element.to_string()))
+    }
+}
+
+/// Whether a memref type has a layout other than the identity or a memory space: a view
+/// (`strided<…>`), not a plain row-major buffer.
+pub fn has_layout(ty: MemRefType) -> bool {
+    let raw = ty.to_raw();
+    // SAFETY: a live memref type; its layout is an attribute, read as a map only when it is one.
+    unsafe {
+        let layout = mlirMemRefTypeGetLayout(raw);
+        let identity = mlirAttributeIsAAffineMap(layout)
+            && mlirAffineMapIsIdentity(mlirAffineMapAttrGetValue(layout));
+        !identity || !mlirMemRefTypeGetMemorySpace(raw).ptr.is_null()
+    }
+}
+
+/// Whether `ty` is `!llvm.ptr`: an LLVM pointer in the default address space.
+pub fn is_pointer(ty: Type) -> bool {
+    let raw = ty.to_raw();
+    // SAFETY: a live type; the address space is read only from a pointer type.
+    unsafe { mlirTypeIsALLVMPointerType(raw) && mlirLLVMPointerTypeGetAddressSpace(raw) == 0 }
+}
+
+/// Whether `attribute` is an array of `len` booleans, all true (`in_bounds = [true, true]`).
+pub fn all_true(attribute: Attribute, len: usize) -> bool {
+    ArrayAttribute::try_from(attribute).is_ok_and(|array| {
+        array.len() == len
+            && (0..len).all(|i| {
+                array.element(i).is_ok_and(|b| {
+                    // SAFETY: a live attribute, read as a bool only when it is one.
+                    unsafe { mlirAttributeIsABool(b.to_raw()) && mlirBoolAttrGetValue(b.to_raw()) }
+                })
+            })
+    })
 }
 
 /// The constant an `arith.constant` of integer or index type defines.

@@ -51,9 +51,10 @@ pub(super) fn merge_identical(
             .and_then(|i| classes.get(i).copied())
             .unwrap_or(id)
     };
-    let before = retag(module, class);
+    let isolated = isolated_ids(module);
+    let before = retag(module, &isolated, class);
     if before.len() < 2 {
-        retag(module, |id| id);
+        retag(module, &isolated, |id| id);
         return Ok(Vec::new());
     }
     crate::pipeline::run_pipeline_text(
@@ -62,31 +63,64 @@ pub(super) fn merge_identical(
         "builtin.module(duplicate-function-elimination)",
     )
     .map_err(|e| e.in_stage("schedule"))?;
-    let after = retag(module, |id| id);
+    let after = retag(module, &isolated, |id| id);
     Ok(before
         .into_iter()
         .filter(|id| !after.contains(id))
         .collect())
 }
 
-/// Sets the tags inside each isolated contraction's function (private, `…_contraction{id}`)
-/// to `value(id)`; returns the ids of those functions.
-pub(super) fn retag(module: &mut Module, value: impl Fn(i64) -> i64) -> Vec<i64> {
+/// A private function's symbol name, if `function` is one.
+fn private_symbol<'c: 'a, 'a>(function: &impl OperationLike<'c, 'a>) -> Option<String> {
+    let text = |name: &str| {
+        function
+            .attribute(name)
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .map(|a| a.value().to_string())
+    };
+    text("sym_name").filter(|_| text("sym_visibility").as_deref() == Some("private"))
+}
+
+/// The contraction each isolated function holds, by the function's symbol: the id its
+/// contraction's tag carries when [`isolate`] has just made it.
+fn isolated_ids(module: &Module) -> HashMap<String, i64> {
+    let mut ids = HashMap::new();
+    let mut next = module.body().first_operation();
+    while let Some(function) = next {
+        next = function.next_in_block();
+        let Some(symbol) = private_symbol(&function) else {
+            continue;
+        };
+        function.walk(WalkOrder::PreOrder, |op| {
+            match op
+                .attribute(CONTRACTION_TAG)
+                .ok()
+                .and_then(|a| IntegerAttribute::try_from(a).ok())
+            {
+                Some(id) => {
+                    ids.insert(symbol.clone(), id.value());
+                    WalkResult::Interrupt
+                }
+                None => WalkResult::Advance,
+            }
+        });
+    }
+    ids
+}
+
+/// Sets the tags inside each isolated contraction's function (`isolated`: its contraction's
+/// id by symbol) to `value(id)`; returns the ids of the functions the module still holds.
+pub(super) fn retag(
+    module: &mut Module,
+    isolated: &HashMap<String, i64>,
+    value: impl Fn(i64) -> i64,
+) -> Vec<i64> {
     let mut ids = Vec::new();
     let mut next = module.body().first_operation_mut();
     while let Some(mut function) = next {
         next = function.next_in_block_mut();
-        let text = |name: &str| {
-            function
-                .attribute(name)
-                .ok()
-                .and_then(|a| StringAttribute::try_from(a).ok())
-                .map(|a| a.value().to_string())
-        };
-        let Some(id) = text("sym_name")
-            .filter(|_| text("sym_visibility").as_deref() == Some("private"))
-            .and_then(|name| name.rsplit_once("_contraction")?.1.parse().ok())
-        else {
+        let Some(&id) = private_symbol(&function).and_then(|symbol| isolated.get(&symbol)) else {
             continue;
         };
         ids.push(id);
