@@ -6,10 +6,8 @@
 //! logsumexp and takes four batched products. The matrix products go through the schedule
 //! like any other.
 
-use super::normalization::{Normalise, softmax};
-use super::{
-    LowerCtx, Operand, Registry, Scalar, Tensor, data_movement, emit, fail, linear, reduction,
-};
+use super::softmax::{Normalise, softmax};
+use super::{LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout, products};
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
 use melior::ir::Value;
@@ -168,7 +166,7 @@ impl<'c, 'a> Attention<'c, 'a> {
         let acc = self.acc();
         let q3 = self.stacked(ctx, &self.q)?;
         let kt = transposed(ctx, &self.per_key_head(ctx, &self.k)?)?;
-        let product = linear::contract(ctx, &q3, &kt, self.q.dtype)?;
+        let product = products::contract(ctx, &q3, &kt, self.q.dtype)?;
         let shape = self.scores_shape();
         let product = ctx.reshape(&product, &shape)?;
         let mut operands = vec![Operand::Tensor(product)];
@@ -189,10 +187,7 @@ impl<'c, 'a> Attention<'c, 'a> {
                     score = b.same("arith.addf", &[score, m])?;
                 }
                 if causal {
-                    let (i, j) = (
-                        reduction::linalg_index(b, 2)?,
-                        reduction::linalg_index(b, 3)?,
-                    );
+                    let (i, j) = (elements::linalg_index(b, 2)?, elements::linalg_index(b, 3)?);
                     let above = b.cmpi("ugt", j, i)?;
                     let hidden = b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?;
                     score = b.select(above, hidden, score)?;
@@ -234,7 +229,7 @@ fn lower_flash_attention<'c, 'a>(
         shape: scores.shape.clone(),
         dtype,
     };
-    let attended = linear::contract(
+    let attended = products::contract(
         ctx,
         &a.stacked(ctx, &p)?,
         &a.per_key_head(ctx, &a.v)?,
@@ -325,7 +320,7 @@ fn lower_flash_attention_backward<'c, 'a>(
     let p3 = a.stacked(ctx, &p)?;
 
     // dv = pᵀ @ dout, summed over each key head's query rows.
-    let dv = linear::contract(ctx, &transposed(ctx, &p3)?, &grad3, acc)?;
+    let dv = products::contract(ctx, &transposed(ctx, &p3)?, &grad3, acc)?;
 
     // rowsum(dout * out): the probability-weighted mean of dp along each row.
     let weighted = Tensor {
@@ -346,7 +341,7 @@ fn lower_flash_attention_backward<'c, 'a>(
     let mean = ctx.reshape(&mean, &[a.batch, a.heads, a.l, 1])?;
 
     let vt = transposed(ctx, &a.per_key_head(ctx, &a.v)?)?;
-    let dp = linear::contract(ctx, &grad3, &vt, acc)?;
+    let dp = products::contract(ctx, &grad3, &vt, acc)?;
     let dp = ctx.reshape(&dp, &shape)?;
     let scale = a.scale;
     let ds = Tensor {
@@ -370,8 +365,8 @@ fn lower_flash_attention_backward<'c, 'a>(
         dtype: acc,
     };
     let ds3 = a.stacked(ctx, &ds)?;
-    let dq = linear::contract(ctx, &ds3, &a.per_key_head(ctx, &a.k)?, acc)?;
-    let dk = linear::contract(ctx, &transposed(ctx, &ds3)?, &a.stacked(ctx, &a.q)?, acc)?;
+    let dq = products::contract(ctx, &ds3, &a.per_key_head(ctx, &a.k)?, acc)?;
+    let dk = products::contract(ctx, &transposed(ctx, &ds3)?, &a.stacked(ctx, &a.q)?, acc)?;
 
     let mut grads = Vec::new();
     for (g, index, shape) in [
@@ -388,7 +383,7 @@ fn lower_flash_attention_backward<'c, 'a>(
 /// `t` `[N, X, Y]` as `[N, Y, X]`.
 fn transposed<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
     Ok(Tensor {
-        value: data_movement::permute(ctx, t, &[0, 2, 1])?,
+        value: layout::permute(ctx, t, &[0, 2, 1])?,
         shape: vec![t.shape[0], t.shape[2], t.shape[1]],
         dtype: t.dtype,
     })

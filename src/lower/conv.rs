@@ -18,11 +18,12 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
-use super::linear::{first_entries, pad_to_multiple, pair_product};
-use super::resize::{affine, check_shape, dims, place};
+use super::products::{first_entries, pad_to_multiple, pair_product};
+use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
+use crate::pipeline::ir::maps::affine_map;
 use crate::tuning::PAIR_LANES;
 use melior::ir::Value;
 
@@ -34,15 +35,6 @@ const GROUP_PRODUCT_CHANNELS: i64 = 8;
 pub(super) fn register(r: &mut Registry) {
     r.add("aten.convolution.default", lower_convolution);
     r.add("fxmlir.conv_pairs.default", lower_conv_pairs);
-}
-
-/// A per-dimension parameter list: `n` values, or one value for every dimension.
-fn per_dim(list: Vec<i64>, n: usize, name: &str) -> Result<Vec<i64>> {
-    match list.len() {
-        len if len == n => Ok(list),
-        1 => Ok(vec![list[0]; n]),
-        _ => fail(format!("{name} must have 1 or {n} values, got {list:?}")),
-    }
 }
 
 /// A convolution's stride, padding and dilation: the int lists at argument `at` and the two
@@ -208,7 +200,7 @@ fn lower_convolution<'c, 'a>(
             init
         } else {
             ctx.e.generic(
-                &[(grouped.value, affine(rank, &read))],
+                &[(grouped.value, affine_map(rank, &read))],
                 &[(init, emit::identity_map(rank))],
                 &vec![Iter::Parallel; rank],
                 |_, v| Ok(vec![v[0]]),
@@ -263,7 +255,7 @@ fn lower_convolution<'c, 'a>(
                 emit::identity_map(nd + 2),
             )
         } else {
-            (product, affine(nd + 2, &read))
+            (product, affine_map(nd + 2, &read))
         }
     } else {
         let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
@@ -280,7 +272,7 @@ fn lower_convolution<'c, 'a>(
     if let Some(b) = &bias {
         let flat = ctx.reshape(b, &[out_channels])?;
         bias_dtype = b.dtype;
-        inputs.push((flat.value, affine(rank, &dims([1]))));
+        inputs.push((flat.value, affine_map(rank, &dims([1]))));
     }
     let has_bias = bias.is_some();
     let float = acc.is_float();
@@ -363,7 +355,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     };
     let mut read = dims([nd + 1]);
     read.push(format!("d0 * 2 + d{}", rank - 1));
-    read.extend(geo.taps(|i| nd + 2 + i, |i| 1 + i));
+    read.extend(taps(geo.stride, geo.dilation, |i| nd + 2 + i, |i| 1 + i));
     let mut patch_shape = vec![half];
     patch_shape.extend(&kernel);
     patch_shape.push(batch);
@@ -371,7 +363,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     patch_shape.push(2);
     let init = ctx.e.empty(&patch_shape, DType::Bfloat16)?;
     let patches = ctx.e.generic(
-        &[(padded.value, affine(rank, &read))],
+        &[(padded.value, affine_map(rank, &read))],
         &[(init, emit::identity_map(rank))],
         &vec![Iter::Parallel; rank],
         |_, v| Ok(vec![v[0]]),
@@ -398,7 +390,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     read.extend(dims(2..nd + 2));
     let init = ctx.e.empty(&out.shape, DType::Float32)?;
     ctx.e.generic(
-        &[(product.value, affine(nd + 2, &read))],
+        &[(product.value, affine_map(nd + 2, &read))],
         &[(init, emit::identity_map(nd + 2))],
         &vec![Iter::Parallel; nd + 2],
         |_, v| Ok(vec![v[0]]),
@@ -433,9 +425,7 @@ fn windowed<'c, 'a>(
         out_spatial.push(span / stride[i] + 1);
     }
     let mut canvas = vec![x.shape[0], channels];
-    canvas.extend(
-        (0..nd).map(|i| (out_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1),
-    );
+    canvas.extend((0..nd).map(|i| extent(out_spatial[i], kernel[i], stride[i], dilation[i])));
     let mut offsets = vec![0, 0];
     offsets.extend(padding);
     let padded = place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
@@ -453,23 +443,6 @@ struct Geometry<'g> {
     out_spatial: &'g [i64],
     stride: &'g [i64],
     dilation: &'g [i64],
-}
-
-impl Geometry<'_> {
-    /// The padded-input position a tap reads: `o·s + k·d` per spatial dimension.
-    fn taps(&self, o: impl Fn(usize) -> usize, k: impl Fn(usize) -> usize) -> Vec<String> {
-        (0..self.kernel.len())
-            .map(|i| {
-                format!(
-                    "d{} * {} + d{} * {}",
-                    o(i),
-                    self.stride[i],
-                    k(i),
-                    self.dilation[i]
-                )
-            })
-            .collect()
-    }
 }
 
 /// One generic over (n, g, oc, o…, ic, k…) accumulating `x · w` in `acc`; the result is
@@ -492,7 +465,7 @@ fn direct_correlation<'c, 'a>(
     let rank = 4 + 2 * nd;
     let ic = 3 + nd;
     let mut read_input = dims([0, 1, ic]);
-    read_input.extend(geo.taps(|i| 3 + i, |i| 4 + nd + i));
+    read_input.extend(taps(geo.stride, geo.dilation, |i| 3 + i, |i| 4 + nd + i));
     let mut read_weight = dims([1, 2, ic]);
     read_weight.extend(dims((0..nd).map(|i| 4 + nd + i)));
     let mut write = dims([0, 1, 2]);
@@ -503,10 +476,10 @@ fn direct_correlation<'c, 'a>(
     let float = acc.is_float();
     let sum = ctx.e.generic(
         &[
-            (input.value, affine(rank, &read_input)),
-            (weight.value, affine(rank, &read_weight)),
+            (input.value, affine_map(rank, &read_input)),
+            (weight.value, affine_map(rank, &read_weight)),
         ],
-        &[(zero, affine(rank, &write))],
+        &[(zero, affine_map(rank, &write))],
         &iters,
         |b, v| {
             let xv = b.convert(v[0], xd, acc)?;
@@ -609,11 +582,16 @@ fn gathered_patches<'c, 'a>(
     patch_shape.extend(geo.out_spatial);
     let mut read = dims([g + 1 + nd]);
     read.extend(dims(0..g + 1));
-    read.extend(geo.taps(|i| g + 2 + nd + i, |i| g + 1 + i));
+    read.extend(taps(
+        geo.stride,
+        geo.dilation,
+        |i| g + 2 + nd + i,
+        |i| g + 1 + i,
+    ));
     let init = ctx.e.empty(&patch_shape, acc)?;
     let from = input.dtype;
     let patches = ctx.e.generic(
-        &[(input.value, affine(rank, &read))],
+        &[(input.value, affine_map(rank, &read))],
         &[(init, emit::identity_map(rank))],
         &vec![Iter::Parallel; rank],
         |b, v| Ok(vec![b.convert(v[0], from, acc)?]),

@@ -4,6 +4,7 @@
 //! identity; views that read elements at new positions are `linalg.generic`s whose input map
 //! says where (`d0 mod 3`, `-d0 + 4`, `d0 * 3 + d1 + 2`).
 
+use super::layout::permute;
 use super::{Iter, LowerCtx, Operand, Registry, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::Node;
@@ -428,39 +429,6 @@ fn as_strided<'c, 'a>(
         terms.join(" + ")
     };
     read_through(ctx, &window, &sizes, &[expr])
-}
-
-/// Output dimension `i` is input dimension `perm[i]`.
-pub(super) fn permute<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    x: &Tensor<'c, 'a>,
-    perm: &[usize],
-) -> Result<Value<'c, 'a>> {
-    let rank = x.rank();
-    let mut sorted = perm.to_vec();
-    sorted.sort_unstable();
-    if sorted != (0..rank).collect::<Vec<_>>() {
-        return fail(format!(
-            "{perm:?} is not a permutation of {rank} dimensions"
-        ));
-    }
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return Ok(x.value);
-    }
-    let mut inverse = vec![0; rank];
-    for (i, &p) in perm.iter().enumerate() {
-        inverse[p] = i;
-    }
-    let shape: Vec<i64> = perm.iter().map(|&p| x.shape[p]).collect();
-    let init = ctx.e.empty(&shape, x.dtype)?;
-    let read = emit::affine_map(rank, &inverse.iter().map(|&d| Some(d)).collect::<Vec<_>>());
-    let results = ctx.e.generic(
-        &[(x.value, read)],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |_, v| Ok(vec![v[0]]),
-    )?;
-    Ok(results[0])
 }
 
 fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a>> {

@@ -1,6 +1,7 @@
 //! IR construction helpers shared by every lowering: scalar arithmetic inside region bodies,
 //! dtype conversion with PyTorch's semantics, and the tensor-level structured ops
-//! (`tensor.empty`, `linalg.fill`, `linalg.generic`, slices and reshapes).
+//! (`tensor.empty`, `linalg.fill`, `linalg.generic` with its maps and iterators, slices and
+//! reshapes).
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::DType;
@@ -101,6 +102,26 @@ pub fn broadcast_map(shape: &[i64], out_shape: &[i64]) -> String {
         .map(|(i, &d)| (d != 1 || out_shape[lead + i] == 1).then_some(lead + i))
         .collect();
     affine_map(out_shape.len(), &results)
+}
+
+/// The map of a tensor that lost `dims` (a reduction result) read inside a loop nest over
+/// all `rank` dimensions.
+pub(super) fn reduced_map(rank: usize, dims: &[usize]) -> String {
+    let kept: Vec<Option<usize>> = (0..rank).filter(|d| !dims.contains(d)).map(Some).collect();
+    affine_map(rank, &kept)
+}
+
+/// The iterators of a loop nest over `rank` dimensions that reduces `dims`.
+pub(super) fn iterators(rank: usize, dims: &[usize]) -> Vec<Iter> {
+    (0..rank)
+        .map(|d| {
+            if dims.contains(&d) {
+                Iter::Reduction
+            } else {
+                Iter::Parallel
+            }
+        })
+        .collect()
 }
 
 /// numpy-style broadcast of shapes, or an error naming them.

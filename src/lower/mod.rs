@@ -5,22 +5,27 @@ mod attention;
 mod conv;
 mod creation;
 mod data_movement;
+mod elements;
 mod elementwise;
 pub mod emit;
 mod indexing;
+mod layout;
 mod linear;
+mod loops;
 mod normalization;
 mod pooling;
+mod products;
 mod reduction;
 mod resize;
 mod sampling;
 mod scan;
+mod softmax;
+mod window;
 
 use crate::error::{Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
 use crate::target::Target;
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
-pub use linear::widened;
 use melior::{
     Context,
     dialect::func,
@@ -32,6 +37,7 @@ use melior::{
         r#type::FunctionType,
     },
 };
+pub use products::widened;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 

@@ -1,7 +1,10 @@
 //! Softmax, log-softmax, layer, batch and group normalisation, written as a few fused generics
-//! each (a reduction pass and a normalising pass), computing halves in f32.
+//! each (a reduction pass and a normalising pass), computing halves in f32. The softmax itself
+//! is built in `softmax`, which attention shares.
 
-use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim};
+use super::emit::{iterators, reduced_map};
+use super::softmax::{Normalise, softmax};
+use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node};
 use melior::ir::Value;
@@ -31,25 +34,6 @@ pub(super) fn register(r: &mut Registry) {
     r.add("aten.native_group_norm.default", lower_group_norm);
 }
 
-/// The map of a tensor that lost `dims` (a reduction result) read inside a loop nest over
-/// all `rank` dimensions.
-fn reduced_map(rank: usize, dims: &[usize]) -> String {
-    let kept: Vec<Option<usize>> = (0..rank).filter(|d| !dims.contains(d)).map(Some).collect();
-    emit::affine_map(rank, &kept)
-}
-
-fn iterators(rank: usize, dims: &[usize]) -> Vec<Iter> {
-    (0..rank)
-        .map(|d| {
-            if dims.contains(&d) {
-                Iter::Reduction
-            } else {
-                Iter::Parallel
-            }
-        })
-        .collect()
-}
-
 fn lower_softmax<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
@@ -69,113 +53,6 @@ fn lower_softmax<'c, 'a>(
     let normalise = if log { Normalise::Log } else { Normalise::Exp };
     let parts = softmax(ctx, &x, &dims, out.dtype, normalise)?;
     Ok(vec![parts.result])
-}
-
-/// How [`softmax`] turns `x - max` and the sum of exponentials into its result.
-#[derive(Clone, Copy)]
-pub(super) enum Normalise {
-    /// `exp(x - max) / sum`.
-    Exp,
-    /// `x - max - log(sum)`.
-    Log,
-    /// `exp(x - max) / sum`, with `max` taken as 0 where it is -inf (a row that is all -inf,
-    /// such as a fully masked row of attention scores, gives zeros rather than NaN).
-    ExpMasked,
-}
-
-/// A softmax's result and its two reductions (the maximum over `dims` and the sum of
-/// `exp(x - max)`, both in the compute dtype of `out_dtype`, the maximum as `Normalise`
-/// used it).
-pub(super) struct Softmax<'c, 'a> {
-    pub result: Value<'c, 'a>,
-    pub max: Tensor<'c, 'a>,
-    pub sum: Tensor<'c, 'a>,
-}
-
-/// Softmax (or log-softmax) of `x` over `dims`, computed in the compute dtype of `out_dtype`
-/// and converted to it: a maximum, a sum of exponentials, and a normalising pass.
-pub(super) fn softmax<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    x: &Tensor<'c, 'a>,
-    dims: &[usize],
-    out_dtype: DType,
-    normalise: Normalise,
-) -> Result<Softmax<'c, 'a>> {
-    let rank = x.rank();
-    let acc = out_dtype.compute();
-    let from = x.dtype;
-    let mut max = ctx.reduce(x, dims, acc, Scalar::Float(f64::NEG_INFINITY), |b, a, v| {
-        b.same("arith.maximumf", &[a, v])
-    })?;
-    if matches!(normalise, Normalise::ExpMasked) {
-        max.value = ctx.elementwise(
-            &[Operand::Tensor(max.clone())],
-            &[acc],
-            acc,
-            &max.shape,
-            acc,
-            |b, v| {
-                let masked = b.cmpf(
-                    "oeq",
-                    v[0],
-                    b.constant(Scalar::Float(f64::NEG_INFINITY), acc)?,
-                )?;
-                b.select(masked, b.constant(Scalar::Float(0.0), acc)?, v[0])
-            },
-        )?;
-    }
-    let zero = ctx.e.splat(&max.shape, acc, Scalar::Float(0.0))?;
-    let identity = emit::identity_map(rank);
-    let reduced = reduced_map(rank, dims);
-    let sum = ctx.e.generic(
-        &[(x.value, identity.clone()), (max.value, reduced.clone())],
-        &[(zero, reduced.clone())],
-        &iterators(rank, dims),
-        |b, v| {
-            let xv = b.convert(v[0], from, acc)?;
-            let shifted = b.same("arith.subf", &[xv, v[1]])?;
-            let e = b.exp_shifted(shifted, acc)?;
-            Ok(vec![b.same("arith.addf", &[v[2], e])?])
-        },
-    )?[0];
-    let init = ctx.e.empty(&x.shape, out_dtype)?;
-    let result = ctx.e.generic(
-        &[
-            (x.value, identity.clone()),
-            (max.value, reduced.clone()),
-            (sum, reduced),
-        ],
-        &[(init, identity)],
-        &vec![Iter::Parallel; rank],
-        |b, v| {
-            let xv = b.convert(v[0], from, acc)?;
-            let shifted = b.same("arith.subf", &[xv, v[1]])?;
-            let r = match normalise {
-                Normalise::Log => {
-                    let l = b.same("math.log", &[v[2]])?;
-                    b.same("arith.subf", &[shifted, l])?
-                }
-                Normalise::Exp => {
-                    let e = b.exp_shifted(shifted, acc)?;
-                    b.same("arith.divf", &[e, v[2]])?
-                }
-                Normalise::ExpMasked => {
-                    let e = b.exp_shifted(shifted, acc)?;
-                    let zero = b.constant(Scalar::Float(0.0), acc)?;
-                    let empty = b.cmpf("oeq", v[2], zero)?;
-                    let p = b.same("arith.divf", &[e, v[2]])?;
-                    b.select(empty, zero, p)?
-                }
-            };
-            Ok(vec![b.convert(r, acc, out_dtype)?])
-        },
-    )?[0];
-    let sum = Tensor {
-        value: sum,
-        shape: max.shape.clone(),
-        dtype: acc,
-    };
-    Ok(Softmax { result, max, sum })
 }
 
 fn lower_layer_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {

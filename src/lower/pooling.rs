@@ -10,10 +10,11 @@
 //! propagates NaN (a later NaN wins), average pooling divides once by the window's divisor,
 //! adaptive pooling divides by each dimension's window length in turn.
 
-use super::resize::{affine, check_shape, dims, int_table, place};
+use super::window::{check_shape, dims, extent, int_table, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
+use crate::pipeline::ir::maps::affine_map;
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -71,16 +72,7 @@ impl Window {
 
     /// Input extent the windows read, in padded coordinates.
     fn extent(&self, i: usize, output: i64) -> i64 {
-        (output - 1) * self.stride[i] + self.dilation[i] * (self.kernel[i] - 1) + 1
-    }
-}
-
-/// A per-dimension list: `n` values, or one for every dimension.
-fn per_dim(list: Vec<i64>, n: usize, name: &str) -> Result<Vec<i64>> {
-    match list.len() {
-        len if len == n => Ok(list),
-        1 => Ok(vec![list[0]; n]),
-        _ => fail(format!("{name} must have 1 or {n} values, got {list:?}")),
+        extent(output, self.kernel[i], self.stride[i], self.dilation[i])
     }
 }
 
@@ -202,17 +194,9 @@ fn lower_max_pool<'c, 'a>(
     let k = |i: usize| lead + nd + i;
     let mut inputs = Vec::new();
     let mut read = dims(0..lead);
-    read.extend((0..nd).map(|i| {
-        format!(
-            "d{} * {} + d{} * {}",
-            o(i),
-            win.stride[i],
-            k(i),
-            win.dilation[i]
-        )
-    }));
-    inputs.push((padded.value, affine(rank, &read)));
-    let write = affine(rank, &dims(0..lead + nd));
+    read.extend(taps(&win.stride, &win.dilation, o, k));
+    inputs.push((padded.value, affine_map(rank, &read)));
+    let write = affine_map(rank, &dims(0..lead + nd));
     let best = ctx.e.splat(&shape, x.dtype, lowest(x.dtype))?;
     let mut iters = vec![Iter::Parallel; lead + nd];
     iters.extend(vec![Iter::Reduction; nd]);
@@ -222,7 +206,10 @@ fn lower_max_pool<'c, 'a>(
         // tap): no position tables, no index to carry. The window operand carries the kernel
         // extent, as in average pooling.
         let window = ctx.e.empty(&win.kernel, dtype)?;
-        let reads = [inputs[0].clone(), (window, affine(rank, &dims(k(0)..rank)))];
+        let reads = [
+            inputs[0].clone(),
+            (window, affine_map(rank, &dims(k(0)..rank))),
+        ];
         let values = ctx.e.generic(&reads, &[(best, write)], &iters, |b, v| {
             let mut better = b.compare("gt", v[0], v[2], dtype)?;
             if dtype.is_float() {
@@ -242,7 +229,7 @@ fn lower_max_pool<'c, 'a>(
             }
         }
         let t = int_table(&ctx.e, &positions, &[out_spatial[i], win.kernel[i]])?;
-        inputs.push((t, affine(rank, &dims([o(i), k(i)]))));
+        inputs.push((t, affine_map(rank, &dims([o(i), k(i)]))));
     }
     let none = ctx.e.splat(&shape, DType::Int64, Scalar::Int(-1))?;
     let results = ctx.e.generic(
@@ -301,7 +288,7 @@ fn lower_max_pool<'c, 'a>(
     let mut inputs = vec![(results[1], super::emit::identity_map(rank))];
     for (i, start) in starts.iter().enumerate() {
         let t = int_table(&ctx.e, start, &[out_spatial[i]])?;
-        inputs.push((t, affine(rank, &dims([lead + i]))));
+        inputs.push((t, affine_map(rank, &dims([lead + i]))));
     }
     let init = ctx.e.empty(&shape, DType::Int64)?;
     let fixed = ctx.e.generic(
@@ -375,7 +362,7 @@ fn lower_avg_pool<'c, 'a>(
     let rank = lead + 2 * nd;
     let mut read = dims(0..lead);
     read.extend((0..nd).map(|i| format!("d{} * {} + d{}", lead + i, win.stride[i], lead + nd + i)));
-    let write = affine(rank, &dims(0..lead + nd));
+    let write = affine_map(rank, &dims(0..lead + nd));
     let zero = ctx.e.splat(&shape, acc, Scalar::Int(0))?;
     let mut iters = vec![Iter::Parallel; lead + nd];
     iters.extend(vec![Iter::Reduction; nd]);
@@ -386,8 +373,8 @@ fn lower_avg_pool<'c, 'a>(
     let window = ctx.e.empty(&win.kernel, acc)?;
     let sum = ctx.e.generic(
         &[
-            (padded.value, affine(rank, &read)),
-            (window, affine(rank, &dims(lead + nd..rank))),
+            (padded.value, affine_map(rank, &read)),
+            (window, affine_map(rank, &dims(lead + nd..rank))),
         ],
         &[(zero, write)],
         &iters,
@@ -421,7 +408,7 @@ fn lower_avg_pool<'c, 'a>(
             })
             .collect();
         let t = int_table(&ctx.e, &factors, &[out_spatial[i]])?;
-        inputs.push((t, affine(rank, &dims([lead + i]))));
+        inputs.push((t, affine_map(rank, &dims([lead + i]))));
     }
     let init = ctx.e.empty(&shape, out.dtype)?;
     let out_dtype = out.dtype;
@@ -511,7 +498,7 @@ fn lower_adaptive_avg_pool<'c, 'a>(
             k(i)
         )
     }));
-    let mut inputs = vec![(padded.value, affine(rank, &read))];
+    let mut inputs = vec![(padded.value, affine_map(rank, &read))];
     for i in 0..nd {
         let mut taps = Vec::new();
         for out_pos in 0..out_spatial[i] {
@@ -519,9 +506,9 @@ fn lower_adaptive_avg_pool<'c, 'a>(
             taps.extend((0..widest[i]).map(|t| i64::from(t < len)));
         }
         let t = int_table(&ctx.e, &taps, &[out_spatial[i], widest[i]])?;
-        inputs.push((t, affine(rank, &dims([o(i), k(i)]))));
+        inputs.push((t, affine_map(rank, &dims([o(i), k(i)]))));
     }
-    let write = affine(rank, &dims(0..lead + nd));
+    let write = affine_map(rank, &dims(0..lead + nd));
     let zero = ctx.e.splat(&shape, acc, Scalar::Float(0.0))?;
     let mut iters = vec![Iter::Parallel; lead + nd];
     iters.extend(vec![Iter::Reduction; nd]);
@@ -544,7 +531,7 @@ fn lower_adaptive_avg_pool<'c, 'a>(
     for (i, &size) in out_spatial.iter().enumerate() {
         let lengths: Vec<i64> = (0..size).map(|o| end(o, i) - start(o, i)).collect();
         let t = int_table(&ctx.e, &lengths, &[size])?;
-        inputs.push((t, affine(rank, &dims([lead + i]))));
+        inputs.push((t, affine_map(rank, &dims([lead + i]))));
     }
     let init = ctx.e.empty(&shape, out.dtype)?;
     let out_dtype = out.dtype;

@@ -3,7 +3,8 @@
 //! PyTorch's accumulator dtype and reshapes to the recorded (keepdim) shape. `histc` counts
 //! the elements per bin in one scalar pass.
 
-use super::indexing::{extract, insert, loop_nest, nth, reuse};
+use super::elements::{extract, extreme, insert, linalg_index};
+use super::loops::{loop_nest, nth, reuse};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node};
@@ -300,29 +301,6 @@ fn variance<'c, 'a>(
     Ok((var, mean))
 }
 
-/// The identity element of max (`lowest = true`) or min over `dtype`.
-pub(super) fn extreme(dtype: DType, lowest: bool) -> Scalar {
-    if dtype.is_float() {
-        return Scalar::Float(if lowest {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        });
-    }
-    if dtype.is_bool() {
-        return Scalar::Bool(!lowest);
-    }
-    let bits = dtype.bits();
-    let (min, max) = if dtype.is_unsigned() {
-        (0i64, (1i64 << bits) - 1)
-    } else if bits == 64 {
-        (i64::MIN, i64::MAX)
-    } else {
-        (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
-    };
-    Scalar::Int(if lowest { min } else { max })
-}
-
 fn min_max_op(dtype: DType, max: bool) -> &'static str {
     match (dtype.is_float(), dtype.is_unsigned(), max) {
         // maximumf/minimumf propagate NaN, as torch.amax does.
@@ -521,9 +499,4 @@ fn arith<'c, 'b>(
     let (l, r) = (b.convert(l, dtype, wide)?, b.convert(r, dtype, wide)?);
     let result = b.same(name, &[l, r])?;
     b.convert(result, wide, dtype)
-}
-
-pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {
-    let attr = b.attr(&format!("{dim} : i64"))?;
-    b.op1("linalg.index", &[], b.ty("index")?, &[("dim", attr)])
 }

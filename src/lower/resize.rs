@@ -1,19 +1,18 @@
 //! Resizing: constant, reflection and replication padding, nearest and bilinear upsampling.
-//! Also the helpers the convolution and pooling families share: affine maps with arbitrary
-//! expressions, constant index tables, and `place` (a tensor written into a filled canvas at
-//! an offset and stride, cropping whatever falls outside).
 //!
 //! Padding is built from slices (reflected or replicated edges are reversed or broadcast
 //! slices), so every read is affine. Upsampling reads through per-dimension index tables that
 //! are computed here with PyTorch's exact floating-point formulas (`UpSample.h`), so the
 //! chosen source pixels and weights are the ones eager uses.
 
-use super::indexing::{reuse, to_index};
-use super::reduction::linalg_index;
-use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
+use super::elements::{linalg_index, to_index};
+use super::loops::reuse;
+use super::window::{check_shape, dims, int_table, place, table};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
-use melior::ir::{Value, ValueLike};
+use crate::pipeline::ir::maps::affine_map;
+use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
     r.add("aten.constant_pad_nd.default", lower_constant_pad);
@@ -42,130 +41,6 @@ pub(super) fn register(r: &mut Registry) {
     }
 }
 
-// ---- shared helpers -----------------------------------------------------------------------
-
-pub(super) use crate::pipeline::ir::maps::affine_map as affine;
-
-/// `d{i}` for each `i`.
-pub(super) fn dims(ids: impl IntoIterator<Item = usize>) -> Vec<String> {
-    ids.into_iter().map(|d| format!("d{d}")).collect()
-}
-
-/// A constant tensor of `shape` holding `values` (row-major) in `dtype` (an integer or float
-/// type; not bool), written as raw little-endian bytes so floats keep their exact bits.
-pub(super) fn table<'c, 'a>(
-    e: &Emit<'c, 'a>,
-    values: &[f64],
-    shape: &[i64],
-    dtype: DType,
-) -> Result<Value<'c, 'a>> {
-    if values.len() as i64 != shape.iter().product::<i64>() {
-        return fail("internal: table size does not match its shape");
-    }
-    if shape.contains(&0) {
-        return e.empty(shape, dtype);
-    }
-    let mut hex = String::with_capacity(values.len() * 16);
-    for &v in values {
-        let bytes: Vec<u8> = match dtype {
-            DType::Float64 => v.to_le_bytes().to_vec(),
-            DType::Float32 => (v as f32).to_le_bytes().to_vec(),
-            DType::Int64 => (v as i64).to_le_bytes().to_vec(),
-            DType::Int32 => (v as i32).to_le_bytes().to_vec(),
-            DType::Int8 | DType::Uint8 => vec![v as i64 as u8],
-            _ => return fail(format!("internal: no constant tables of {}", dtype.name())),
-        };
-        for b in bytes {
-            hex.push_str(&format!("{b:02X}"));
-        }
-    }
-    let ty = emit::tensor_type_text(shape, dtype);
-    let attr = e.attr(&format!("dense<\"0x{hex}\"> : {ty}"))?;
-    e.op1("arith.constant", &[], e.ty(&ty)?, &[("value", attr)])
-}
-
-/// An integer table (see [`table`]).
-pub(super) fn int_table<'c, 'a>(
-    e: &Emit<'c, 'a>,
-    values: &[i64],
-    shape: &[i64],
-) -> Result<Value<'c, 'a>> {
-    let values: Vec<f64> = values.iter().map(|&v| v as f64).collect();
-    table(e, &values, shape, DType::Int64)
-}
-
-/// A canvas of `shape` filled with `fill`, holding `x` element `i` (per dimension) at
-/// `offsets[d] + i * strides[d]`; elements landing outside the canvas are dropped, so negative
-/// offsets crop. Strides are positive.
-pub(super) fn place<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    x: &Tensor<'c, 'a>,
-    fill: Scalar,
-    shape: &[i64],
-    offsets: &[i64],
-    strides: &[i64],
-) -> Result<Tensor<'c, 'a>> {
-    let rank = x.rank();
-    if shape.len() != rank || offsets.len() != rank || strides.len() != rank {
-        return fail("internal: placement rank mismatch");
-    }
-    if strides.iter().any(|&s| s <= 0) {
-        return fail("internal: placement strides must be positive");
-    }
-    let result = |value| Tensor {
-        value,
-        shape: shape.to_vec(),
-        dtype: x.dtype,
-    };
-    if shape == x.shape.as_slice() && offsets.iter().all(|&o| o == 0) {
-        return Ok(x.clone());
-    }
-    // Per dimension: the first source element that lands inside, and how many do.
-    let mut first = Vec::with_capacity(rank);
-    let mut count = Vec::with_capacity(rank);
-    for d in 0..rank {
-        let (o, s, size) = (offsets[d], strides[d], x.shape[d]);
-        let lo = if o >= 0 { 0 } else { (-o + s - 1) / s };
-        let last = shape[d] - 1 - o;
-        let hi = if last < 0 {
-            0
-        } else {
-            (last / s + 1).min(size)
-        };
-        first.push(lo);
-        count.push((hi - lo).max(0));
-    }
-    let canvas = ctx.e.splat(shape, x.dtype, fill)?;
-    if count.contains(&0) {
-        return Ok(result(canvas));
-    }
-    let source = if count == x.shape {
-        x.value
-    } else {
-        ctx.e
-            .extract_slice(x.value, &first, &count, &vec![1; rank], &count, x.dtype)?
-    };
-    let at: Vec<i64> = (0..rank)
-        .map(|d| offsets[d] + first[d] * strides[d])
-        .collect();
-    let attrs = [
-        ("static_offsets", ctx.e.attr(&emit::i64_array(&at))?),
-        ("static_sizes", ctx.e.attr(&emit::i64_array(&count))?),
-        ("static_strides", ctx.e.attr(&emit::i64_array(strides))?),
-        (
-            "operandSegmentSizes",
-            ctx.e.attr("array<i32: 1, 1, 0, 0, 0>")?,
-        ),
-    ];
-    let value = ctx.e.op1(
-        "tensor.insert_slice",
-        &[source, canvas],
-        canvas.r#type(),
-        &attrs,
-    )?;
-    Ok(result(value))
-}
-
 /// A list argument of exactly `n` ints.
 fn exact_list(ctx: &LowerCtx<'_, '_>, node: &Node, index: usize, n: usize) -> Result<Vec<i64>> {
     let list = ctx.int_list(node, index)?;
@@ -176,16 +51,6 @@ fn exact_list(ctx: &LowerCtx<'_, '_>, node: &Node, index: usize, n: usize) -> Re
         ));
     }
     Ok(list)
-}
-
-/// The recorded output shape must be `expected`.
-pub(super) fn check_shape(recorded: &[i64], expected: &[i64]) -> Result<()> {
-    if recorded != expected {
-        return fail(format!(
-            "computed output shape {expected:?} does not match the recorded {recorded:?}"
-        ));
-    }
-    Ok(())
 }
 
 // ---- constant padding ---------------------------------------------------------------------
@@ -337,7 +202,7 @@ fn pad_edges<'c, 'a>(
             }
         };
         Ok(ctx.e.generic(
-            &[(source, affine(rank, &read))],
+            &[(source, affine_map(rank, &read))],
             &[(init, emit::identity_map(rank))],
             &vec![Iter::Parallel; rank],
             |_, v| Ok(vec![v[0]]),
@@ -662,7 +527,10 @@ fn lower_upsample<'c, 'a>(
             let init = ctx.e.empty(&out.shape, dtype)?;
             let source = x.value;
             ctx.e.generic(
-                &[(rows, affine(4, &dims([2]))), (cols, affine(4, &dims([3])))],
+                &[
+                    (rows, affine_map(4, &dims([2]))),
+                    (cols, affine_map(4, &dims([3]))),
+                ],
                 &[(init, emit::identity_map(4))],
                 &[Iter::Parallel; 4],
                 |b, v| {
@@ -743,8 +611,8 @@ fn lower_upsample<'c, 'a>(
             };
             let (h0, h1, hl0, hl1) = taps(ih, oh, scales[0]);
             let (w0, w1, wl0, wl1) = taps(iw, ow, scales[1]);
-            let row = affine(4, &dims([2]));
-            let col = affine(4, &dims([3]));
+            let row = affine_map(4, &dims([2]));
+            let col = affine_map(4, &dims([3]));
             let inputs = [
                 (int_table(&ctx.e, &h0, &[oh])?, row.clone()),
                 (int_table(&ctx.e, &h1, &[oh])?, row.clone()),
@@ -817,7 +685,7 @@ fn fixed_point_pass<'c, 'a>(
 ) -> Result<Value<'c, 'a>> {
     let (i0, i1, w0, w1, precision) = taps;
     let size = shape[dim];
-    let map = affine(4, &dims([dim]));
+    let map = affine_map(4, &dims([dim]));
     let inputs = [
         (int_table(&ctx.e, &i0, &[size])?, map.clone()),
         (int_table(&ctx.e, &i1, &[size])?, map.clone()),

@@ -12,11 +12,13 @@
 //! is read with `tensor.extract` at clamped indices, so nothing is read out of bounds, whatever
 //! the grid holds (NaN included).
 
-use super::reduction::linalg_index;
-use super::resize::{affine, check_shape, dims};
+use super::elements::linalg_index;
+use super::loops::reuse;
+use super::window::{check_shape, dims};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
+use crate::pipeline::ir::maps::affine_map;
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -284,7 +286,7 @@ fn lower_grid_sampler_2d<'c, 'a>(
         .reshape(grid.value, &grid.shape, &[n * pixels, 2], dtype)?;
     let tables = taps(ctx, grid, (n, pixels), (across, down), dtype)?;
     let count = mode.taps();
-    let pixel = affine(3, &dims([0, 2]));
+    let pixel = affine_map(3, &dims([0, 2]));
     let inputs: Vec<(Value<'c, 'a>, String)> =
         tables.into_iter().map(|t| (t, pixel.clone())).collect();
     let init = ctx.e.empty(&[n, c, pixels], dtype)?;
@@ -320,13 +322,7 @@ fn lower_grid_sampler_2d<'c, 'a>(
                     let inside = b.cmpi("sge", b.same("arith.ori", &[ys[j], xs[i]])?, zero)?;
                     let read = b.op1(
                         "tensor.extract",
-                        &[
-                            super::indexing::reuse(source),
-                            batch,
-                            channel,
-                            line,
-                            columns[i],
-                        ],
+                        &[reuse(source), batch, channel, line, columns[i]],
                         elem,
                         &[],
                     )?;

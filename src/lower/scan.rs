@@ -6,7 +6,9 @@
 //! (`sort.default` on CPU is stable for rows of up to 16 elements and unspecified beyond;
 //! `topk` breaks ties by position here, PyTorch's by its selection algorithm).
 
-use super::indexing::{extract, for_loop, index_to_i64, insert, loop_nest, nth, reuse};
+use super::elements::{extract, index_to_i64, insert, linalg_index};
+use super::layout::permute;
+use super::loops::{for_loop, loop_nest, nth, reuse};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{Arg, DType, Node};
@@ -293,7 +295,7 @@ fn sort_rows<'c, 'a>(
         &[(positions, emit::identity_map(2))],
         &[Iter::Parallel, Iter::Parallel],
         |b, _| {
-            let k = super::reduction::linalg_index(b, 1)?;
+            let k = linalg_index(b, 1)?;
             Ok(vec![index_to_i64(b, k)?])
         },
     )?;
@@ -388,7 +390,7 @@ fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<V
         perm.push(dim);
     }
     let moved = Tensor {
-        value: super::data_movement::permute(ctx, &x, &perm)?,
+        value: permute(ctx, &x, &perm)?,
         shape: perm.iter().map(|&d| x.shape[d]).collect(),
         dtype: x.dtype,
     };
@@ -429,7 +431,7 @@ fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<V
         for (i, &p) in perm.iter().enumerate() {
             inverse[p] = i;
         }
-        let back = super::data_movement::permute(ctx, &t, &inverse)?;
+        let back = permute(ctx, &t, &inverse)?;
         let back = Tensor {
             value: back,
             shape: inverse.iter().map(|&i| shape[i]).collect(),
