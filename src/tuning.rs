@@ -8,7 +8,7 @@
 pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1)>]";
 
 /// The same over a batch (loops `batch, m, n, k, pair`): bf16 batched products of two
-/// computed operands, such as attention's (see `lower::linear::computed_pairs`).
+/// computed operands, such as attention's (see `lower::products::computed_pairs`).
 pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]";
 
 /// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):

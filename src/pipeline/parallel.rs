@@ -150,8 +150,8 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
     Some((ranges, parallel))
 }
 
-/// The iterations from which `op` is split: [`MIN_MATH_WORK`] for a `linalg.generic` whose
-/// body calls a `math` function, else [`MIN_WORK`].
+/// The iterations from which `op` is split: [`MIN_PARALLEL_MATH_WORK`] for a `linalg.generic` whose
+/// body calls a `math` function, else [`MIN_PARALLEL_WORK`].
 fn min_work(op: &OperationRef) -> i64 {
     let calls_math =
         body_ops(op).is_some_and(|ops| ops.iter().any(|inner| op_name(inner).starts_with("math.")));

@@ -87,7 +87,7 @@ fn backwards_in(expr: AffineExpr, out: &mut Vec<usize>) {
     }
 }
 
-/// The loops any result of `map` reads backwards (see [`backwards_in`]).
+/// The loops any result of `map` reads backwards (a negative coefficient).
 pub fn backward_dims(map: AffineMap) -> Vec<usize> {
     let mut out = Vec::new();
     for i in 0..map.result_count() {
