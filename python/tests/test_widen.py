@@ -1,7 +1,7 @@
 """Half-precision products multiply f32 copies of their operands where the CPU has no dot
 product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
 without AVX512-BF16. A linear layer's weight, a mixture-of-experts layer's expert matrices
-and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.widen``);
+and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.passes.widen``);
 computed operands (attention's) are widened in the kernel. The results are eager's: widening
 is exact and both accumulate in f32 and round once."""
 
@@ -27,7 +27,7 @@ PRODUCT = re.compile(r"linalg\.(?:batch_)?matmul ins\([^)]*: (tensor<[^)]*)\)")
 
 
 #: The CPU these tests compile for: this host without AVX512-BF16's dot product, so that bf16
-#: products are widened on every host (with the dot product they become pairs: test_pairs.py).
+#: products are widened on every host (with the dot product they become pairs: test_bf16_pairs.py).
 #: Removing a feature keeps the kernels runnable here.
 WIDENING = "host,-avx512bf16"
 

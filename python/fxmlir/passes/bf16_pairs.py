@@ -16,7 +16,7 @@ parameters alone (a linear layer's ``t(weight)``) becomes
 
 ``fxmlir::mm_pairs`` (defined here, with an eager implementation for PyTorch and a fake one for
 tracing) returns the f32 accumulator, so the bias is added before the one rounding to bf16, as
-PyTorch's own bf16 ``addmm`` does. :mod:`fxmlir.hoist` then computes ``pairs`` once, outside
+PyTorch's own bf16 ``addmm`` does. :mod:`fxmlir.passes.hoist` then computes ``pairs`` once, outside
 the kernel; the kernel's schedule turns the product into dot products (see
 ``docs/architecture.md``). A width that is no multiple of 16 (GPT-2's vocabulary of 50257) is
 padded with zero columns, which the result drops again, and so is one of a multiple of 1024
@@ -39,7 +39,8 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import _fxmlir, hoist
+from .. import _fxmlir
+from . import hoist
 
 aten = torch.ops.aten
 
@@ -54,8 +55,8 @@ ALIASED_COLUMNS = 1024
 SKEW = 32
 
 #: The narrowest product whose width is padded (by at most 15 columns, an eighth of it: as much
-#: as :mod:`fxmlir.hoist` materialises); narrower ones whose width is no multiple of ``LANES``
-#: are left as they are.
+#: as :mod:`fxmlir.passes.hoist` materialises); narrower ones whose width is no multiple of
+#: ``LANES`` are left as they are.
 MIN_PADDED = 128
 
 

@@ -1,0 +1,1 @@
+"""The FX rewrites of fxmlir's ATen graphs."""
