@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from . import hoist
-from .bf16_pairs import chain, fake_val, weight_products
+from .rewriting import chain, fake_val, weight_products
 
 aten = torch.ops.aten
 

@@ -38,7 +38,7 @@ import torch.fx
 
 from .. import _fxmlir
 from . import hoist
-from .bf16_pairs import chain, fake_val, replace, weight_products
+from .rewriting import chain, fake_val, replace, weight_products
 
 aten = torch.ops.aten
 
