@@ -114,6 +114,18 @@ def test_a_linear_layers_weight_is_widened_once(dtype, threads, tmp_path):
         assert re.fullmatch(r"tensor<24x256xf32>, tensor<256x160xf32>", types), types
 
 
+def test_a_widened_weight_of_whole_kibibyte_rows_is_read_through_longer_rows(tmp_path):
+    """1024 f16 outputs: the widened ``t(weight)`` has f32 rows of 4 KiB (the f16 weight's
+    are 2 KiB), so the kernel reads it through rows 32 columns longer: the skew
+    (``fxmlir.passes.skew``) sees the copy widening made."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 1024).to(torch.float16).eval()
+    x = torch.randn(8, 64, dtype=torch.float16)
+    nodes, hoisted = _compile_module(model, x, torch.float16, tmp_path)
+    assert hoisted == [([64, 1056], "float32")], hoisted
+    assert "aten.slice.Tensor" in [n["target"] for n in nodes]
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])
 def test_off_keeps_no_f32_copy_of_the_weight(dtype, tmp_path):
     """``widen=False``: the hoisted weight keeps its half type; the kernel widens it per call."""

@@ -61,13 +61,13 @@ SKEW = 32
 MIN_PADDED = 128
 
 
-def pack_weights(gm: torch.fx.GraphModule, static: frozenset[int], target: str = "host") -> int:
-    """Rewrites the bf16 products and convolutions of ``gm`` whose weight is computed from the
-    inputs at positions ``static`` alone (see the module docs), where the CPU ``target`` names
-    has AVX512-BF16's dot product; returns how many."""
+def pack_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "host") -> int:
+    """Rewrites the bf16 products and convolutions of ``gm`` whose weight is weight-only (one
+    of the ``static_nodes`` of ``split``, the analysis of ``gm``; see the module docs), where
+    the CPU ``target`` names has AVX512-BF16's dot product; returns how many."""
     if not _fxmlir.target_info(target)["bf16_dot"]:
         return 0
-    weights = hoist.Split(gm, static).static_nodes
+    weights = split.static_nodes
     rewritten = _pack_products(gm, weights) + _pack_convolutions(gm, weights)
     if rewritten:
         gm.graph.eliminate_dead_code()

@@ -211,14 +211,11 @@ class Hoisted:
 
 def hoist(
     gm: torch.fx.GraphModule,
-    static: frozenset[int],
+    split: Split,
     compile_main: Callable[[torch.fx.GraphModule], Callable[[list[Any]], Any]],
 ) -> Callable[[list[Any]], Any] | None:
-    """The graph with its weight-only work hoisted, compiled with ``compile_main``; ``None``
-    when there is nothing worth hoisting."""
-    if not static:
-        return None
-    split = Split(gm, static)
+    """The graph with its weight-only work (``split``, the analysis of ``gm``) hoisted,
+    compiled with ``compile_main``; ``None`` when there is nothing worth hoisting."""
     if not split.hoisted:
         return None
     main = main_graph(gm, split)

@@ -31,12 +31,13 @@ ALIASED_BYTES = 4096
 SKEW_BYTES = 128
 
 
-def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
-    """Reads the weight-only right operands of ``gm``'s products whose rows are a multiple of
-    4 KiB through longer rows (see the module docs); returns how many."""
+def skew_weights(gm: torch.fx.GraphModule, split: hoist.Split) -> int:
+    """Reads the weight-only right operands (in the ``static_nodes`` of ``split``, the
+    analysis of ``gm``) of ``gm``'s products whose rows are a multiple of 4 KiB through longer
+    rows (see the module docs); returns how many."""
     graph = gm.graph
     skewed = 0
-    for node, _, b, _ in weight_products(gm, hoist.Split(gm, static).static_nodes):
+    for node, _, b, _ in weight_products(gm, split.static_nodes):
         vb = fake_val(b)
         if (
             vb is None

@@ -120,12 +120,13 @@ def _widens(rewrite: Rewrite, target: str) -> bool:
     return isinstance(rows, int) and _fxmlir.widened_product(dtype, rows, target)
 
 
-def widen_weights(gm: torch.fx.GraphModule, static: frozenset[int], target: str = "host") -> int:
-    """Widens the weight-only operands of ``gm``'s half-precision products (grouped ones and
-    convolutions included) whose kernel for the CPU ``target`` names would widen them on every
-    call (see the module docs); returns how many products were rewritten."""
+def widen_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "host") -> int:
+    """Widens the weight-only operands (in the ``static_nodes`` of ``split``, the analysis of
+    ``gm``) of ``gm``'s half-precision products (grouped ones and convolutions included) whose
+    kernel for the CPU ``target`` names would widen them on every call (see the module docs);
+    returns how many products were rewritten."""
     graph = gm.graph
-    weights = hoist.Split(gm, static).static_nodes
+    weights = split.static_nodes
     rewrites = [
         r
         for found in (_products, _grouped, _convolutions)
