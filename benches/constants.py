@@ -1,5 +1,5 @@
 """Weights as graph inputs (what aot_autograd hands fxmlir), the same with the weight-only
-work hoisted out of the kernel (what fxmlir compiles by default, :mod:`fxmlir.hoist`), and
+work hoisted out of the kernel (what fxmlir compiles by default, :mod:`fxmlir.passes.hoist`), and
 weights baked into the graph as interchange ``constants`` (docs/interchange.md): the compile
 time and run time of the same model graph all three ways.
 
@@ -19,8 +19,9 @@ from typing import Any
 import measure
 import torch
 from fxmlir import backend as fxmlir_backend
-from fxmlir import hoist, interchange, runtime
+from fxmlir import interchange, runtime
 from fxmlir.demo import MLP, TransformerBlock
+from fxmlir.passes import hoist
 from torch._dynamo.backends.common import aot_autograd
 
 MODELS = {

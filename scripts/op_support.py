@@ -13,7 +13,7 @@ import sys
 
 import fxmlir
 import torch
-from fxmlir import decompositions
+from fxmlir.passes import decompositions
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "op-support.md"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+from . import custom_ops
 from ._fxmlir import (
     CallError,
     CompileError,
@@ -97,5 +98,6 @@ def _configure_logging() -> None:
         logger.addHandler(handler)
 
 
+custom_ops.register()
 _register()
 _configure_logging()

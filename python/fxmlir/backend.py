@@ -19,20 +19,10 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import (
-    _fxmlir,
-    aliasing,
-    hoist,
-    inference,
-    interchange,
-    pairs,
-    partition,
-    runtime,
-    skew,
-    widen,
-)
-from . import decompositions as written_out
+from . import _fxmlir, inference, interchange, partition, passes, runtime
 from .config import config
+from .passes import aliasing, hoist
+from .passes import decompositions as written_out
 
 log = logging.getLogger("fxmlir")
 
@@ -98,7 +88,7 @@ def supported_ops() -> frozenset[str]:
 @functools.cache
 def decompositions() -> dict[Any, Callable]:
     """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole),
-    and fxmlir's own (:mod:`fxmlir.decompositions`): PyTorch's fused inference fast paths and
+    and fxmlir's own (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths and
     the backward ops core ATen leaves whole."""
     from torch._decomp import core_aten_decompositions
 
@@ -316,12 +306,13 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     """A boxed callable for the functional ATen graph ``gm`` whose inputs at positions
     ``static`` are parameters or buffers.
 
-    A graph fxmlir can lower whole compiles as one kernel, minus what it computes from weights
-    alone (see :mod:`fxmlir.hoist`); with ``config.background`` the kernel compiles on a
-    thread of its own (see :class:`_Pending`). Otherwise, or when that compile fails, the supported
-    nodes are grouped into compiled partitions and the rest run eagerly between them, unless
-    ``config.fallback == "error"``, which raises instead. Outputs that share memory are
-    rebuilt as views after each call (see :mod:`fxmlir.aliasing`)."""
+    A graph fxmlir can lower whole compiles as one kernel, after the weight rewrites, minus
+    what it computes from weights alone (see :func:`fxmlir.passes.run`); with
+    ``config.background`` the kernel compiles on a thread of its own (see :class:`_Pending`).
+    Otherwise, or when that compile fails, the supported nodes are grouped into compiled
+    partitions and the rest run eagerly between them, unless ``config.fallback == "error"``,
+    which raises instead. Outputs that share memory are rebuilt as views after each call (see
+    :mod:`fxmlir.passes.aliasing`)."""
     aliases = aliasing.aliases(gm)
     if aliases:
         return aliasing.rebuilding(_compile(aliasing.without(gm, aliases), static), aliases)
@@ -355,13 +346,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         return compiler
 
     try:
-        whole = None
-        if config.hoist and not interchange.is_dynamic(gm):
-            pairs.pack_weights(gm, static, target)
-            if config.widen:
-                widen.widen_weights(gm, static, target)
-            skew.skew_weights(gm, static)
-            whole = hoist.hoist(gm, static, compile_whole)
+        whole = passes.run(gm, static, target, config, compile_whole)
         if whole is None:
             whole = compile_whole(gm)
             whole._boxed_call = True

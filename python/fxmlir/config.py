@@ -63,7 +63,7 @@ class Config:
     )
 
     #: Keep an f32 copy of the half-precision weights whose products the kernel computes on
-    #: f32 operands (``fxmlir.widen``: f16 everywhere, bf16 without AVX512-BF16), made once
+    #: f32 operands (``fxmlir.passes.widen``: f16 everywhere, bf16 without AVX512-BF16), made once
     #: with the hoisted values. Off, the weights keep only their own size and the kernel widens
     #: them on every call instead (``FXMLIR_WIDEN``; ``0`` turns it off).
     widen: bool = dataclasses.field(

@@ -107,7 +107,7 @@ def llama_model(
 def llama_bf16() -> tuple[nn.Module, torch.Tensor]:
     """:func:`llama_model` in bfloat16 at d=512 (FFN 1408, 8 query heads sharing 2 key and value
     heads, a vocabulary of 4000), on 1 x 128 ids: on a CPU with AVX512-BF16 its linear layers
-    are dot products of bf16 pairs (``fxmlir.pairs``)."""
+    are dot products of bf16 pairs (``fxmlir.passes.bf16_pairs``)."""
     torch.manual_seed(0)
     model = llama_model(hidden=512, intermediate=1408, heads=8, vocab=4000)
     return model.to(torch.bfloat16).eval(), torch.randint(0, 4000, (1, 128))

@@ -57,7 +57,7 @@ def _why_not_traced(graph: torch.fx.GraphModule) -> str | None:
     """Why the traced ``graph`` cannot stand for the Dynamo graph, or None: it writes to an
     input (functionalisation leaves those writes as ``copy_`` at the end) or an output aliases
     an input, which only aot_autograd's runtime reproduces. (Outputs that alias one another
-    are rebuilt as views by :mod:`fxmlir.aliasing`, on either path.)"""
+    are rebuilt as views by :mod:`fxmlir.passes.aliasing`, on either path.)"""
     for node in graph.graph.nodes:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
@@ -82,7 +82,7 @@ def trace(
     decompositions: dict[Any, Callable],
 ) -> tuple[torch.fx.GraphModule, frozenset[int]] | None:
     """The functional ATen graph of Dynamo's ``gm`` for inference and the positions of its
-    parameter and buffer inputs (for :mod:`fxmlir.hoist`), or None when ``gm`` needs
+    parameter and buffer inputs (for :mod:`fxmlir.passes.hoist`), or None when ``gm`` needs
     aot_autograd (the reason is logged at DEBUG)."""
     reason = _why_not(gm, example_inputs)
     if reason is None:

@@ -111,13 +111,13 @@ def symbol_bindings(gm: torch.fx.GraphModule, args: list[Any]) -> dict[Any, int]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, arg in zip(placeholders, args):
         val = node.meta.get("val")
-        pairs: list[tuple[Any, Any]] = []
+        matched: list[tuple[Any, Any]] = []
         if isinstance(val, torch.SymInt):
-            pairs.append((val, arg))
+            matched.append((val, arg))
         elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
-            pairs.extend(zip(val.shape, arg.shape))
-            pairs.extend(zip(val.stride(), arg.stride()))
-        for sym, concrete in pairs:
+            matched.extend(zip(val.shape, arg.shape))
+            matched.extend(zip(val.stride(), arg.stride()))
+        for sym, concrete in matched:
             if isinstance(sym, torch.SymInt):
                 expr = sym.node.expr
                 if getattr(expr, "is_Symbol", False):

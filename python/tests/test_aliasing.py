@@ -6,7 +6,7 @@ import json
 import fxmlir
 import pytest
 import torch
-from fxmlir import aliasing
+from fxmlir.passes import aliasing
 from torch.fx.experimental.proxy_tensor import make_fx
 
 # Elementwise work only: exact but for exp, whose vectorised form differs from eager's by an

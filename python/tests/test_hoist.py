@@ -9,7 +9,7 @@ import fxmlir
 import pytest
 import torch
 import torch.fx
-from fxmlir import hoist
+from fxmlir.passes import hoist
 
 # Products over a few hundred terms, summed in another order than eager's.
 ATOL = RTOL = 1e-4
@@ -158,7 +158,7 @@ def _kernel_inputs(dump_dir: pathlib.Path) -> tuple[list[list[int]], list[str]]:
 @pytest.mark.parametrize("width, skewed", [(1024, True), (1000, False)])
 def test_weights_of_whole_kibibyte_rows_are_read_through_longer_rows(tmp_path, width, skewed):
     """1024 f32 outputs: the hoisted ``t(weight)`` has rows of 4 KiB, which share cache sets;
-    the kernel reads it as a view of a copy 32 columns wider (fxmlir.skew). 1000 do not."""
+    the kernel reads it as a view of a copy 32 columns wider (fxmlir.passes.skew). 1000 do not."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.GELU()).eval()
     x = torch.randn(8, 64)

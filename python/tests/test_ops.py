@@ -992,8 +992,8 @@ def bmm_samples(dt):
 
 
 def mm_pairs_samples(dt):
-    """fxmlir's product on a right operand packed in pairs (``fxmlir.pairs``): a width that is
-    no multiple of 16 stays plain loops; the others, on a host with AVX512-BF16, are dot
+    """fxmlir's product on a right operand packed in pairs (``fxmlir.custom_ops``): a width that
+    is no multiple of 16 stays plain loops; the others, on a host with AVX512-BF16, are dot
     products, here with split rows and columns, and with a reduction block and thread chunks.
     The edge values leave out subnormals, which the dot product reads as zero (as oneDNN's
     bf16 products, PyTorch's own, do)."""
@@ -1021,7 +1021,7 @@ def mm_pairs_samples(dt):
 
 
 def conv_pairs_samples(dt):
-    """fxmlir's convolution on a weight packed in pairs of input channels (``fxmlir.pairs``):
+    """fxmlir's convolution on a weight packed in pairs of input channels (``fxmlir.custom_ops``):
     2-D with an odd channel count (one zero channel short), stride and a column count padded to
     whole dot products; with dilation, padding and two images; 1-D and 3-D."""
 

@@ -1,7 +1,7 @@
 """Half-precision products multiply f32 copies of their operands where the CPU has no dot
 product for the half type (``widened`` in ``src/lower/linear.rs``): f16 everywhere, bf16
 without AVX512-BF16. A linear layer's weight, a mixture-of-experts layer's expert matrices
-and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.widen``);
+and a convolution's weight and bias are widened once, outside the kernel (``fxmlir.passes.widen``);
 computed operands (attention's) are widened in the kernel. The results are eager's: widening
 is exact and both accumulate in f32 and round once."""
 
@@ -27,7 +27,7 @@ PRODUCT = re.compile(r"linalg\.(?:batch_)?matmul ins\([^)]*: (tensor<[^)]*)\)")
 
 
 #: The CPU these tests compile for: this host without AVX512-BF16's dot product, so that bf16
-#: products are widened on every host (with the dot product they become pairs: test_pairs.py).
+#: products are widened on every host (with the dot product they become pairs: test_bf16_pairs.py).
 #: Removing a feature keeps the kernels runnable here.
 WIDENING = "host,-avx512bf16"
 
@@ -112,6 +112,18 @@ def test_a_linear_layers_weight_is_widened_once(dtype, threads, tmp_path):
     assert hoisted == [([256, 160], "float32")], hoisted
     for types in _product_operands(tmp_path):
         assert re.fullmatch(r"tensor<24x256xf32>, tensor<256x160xf32>", types), types
+
+
+def test_a_widened_weight_of_whole_kibibyte_rows_is_read_through_longer_rows(tmp_path):
+    """1024 f16 outputs: the widened ``t(weight)`` has f32 rows of 4 KiB (the f16 weight's
+    are 2 KiB), so the kernel reads it through rows 32 columns longer: the skew
+    (``fxmlir.passes.skew``) sees the copy widening made."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 1024).to(torch.float16).eval()
+    x = torch.randn(8, 64, dtype=torch.float16)
+    nodes, hoisted = _compile_module(model, x, torch.float16, tmp_path)
+    assert hoisted == [([64, 1056], "float32")], hoisted
+    assert "aten.slice.Tensor" in [n["target"] for n in nodes]
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "f16"])

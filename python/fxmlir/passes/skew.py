@@ -8,10 +8,10 @@ kernels: 1 x 2816 x 1024 took 0.21 ms, 0.09 with rows 32 columns longer; 128 x 4
 15.7 ms, 12.2.
 
 So before hoisting, such a weight-only right operand ``b`` of an ``mm`` / ``addmm`` becomes
-``slice(constant_pad_nd(b, [0, SKEW_BYTES / itemsize]), 1, 0, n)``: :mod:`fxmlir.hoist`
+``slice(constant_pad_nd(b, [0, SKEW_BYTES / itemsize]), 1, 0, n)``: :mod:`fxmlir.passes.hoist`
 computes the padded copy once (marked here, the slice stays in the kernel as a view of it), and
 the product reads the weight through rows ``SKEW_BYTES`` longer. (bf16 products on packed pairs
-skew their packed rows themselves: :mod:`fxmlir.pairs`.)
+skew their packed rows themselves: :mod:`fxmlir.passes.bf16_pairs`.)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from . import hoist
-from .pairs import chain, fake_val, weight_products
+from .rewriting import chain, fake_val, weight_products
 
 aten = torch.ops.aten
 
@@ -31,12 +31,13 @@ ALIASED_BYTES = 4096
 SKEW_BYTES = 128
 
 
-def skew_weights(gm: torch.fx.GraphModule, static: frozenset[int]) -> int:
-    """Reads the weight-only right operands of ``gm``'s products whose rows are a multiple of
-    4 KiB through longer rows (see the module docs); returns how many."""
+def skew_weights(gm: torch.fx.GraphModule, split: hoist.Split) -> int:
+    """Reads the weight-only right operands (in the ``static_nodes`` of ``split``, the
+    analysis of ``gm``) of ``gm``'s products whose rows are a multiple of 4 KiB through longer
+    rows (see the module docs); returns how many."""
     graph = gm.graph
     skewed = 0
-    for node, _, b, _ in weight_products(gm, hoist.Split(gm, static).static_nodes):
+    for node, _, b, _ in weight_products(gm, split.static_nodes):
         vb = fake_val(b)
         if (
             vb is None

@@ -1,8 +1,8 @@
-"""bf16 products on AVX512-BF16's dot product (``fxmlir.pairs``): a bf16 linear layer's weight
-is packed in pairs along the reduction once, outside the kernel, and the kernel's product is
-``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register tiles; a bf16 convolution's weight is
-packed in pairs of input channels and the kernel's convolution is ``fxmlir::conv_pairs``.
-Products and convolutions it cannot serve stay as they are."""
+"""bf16 products on AVX512-BF16's dot product (``fxmlir.passes.bf16_pairs``): a bf16 linear
+layer's weight is packed in pairs along the reduction once, outside the kernel, and the
+kernel's product is ``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register tiles; a bf16
+convolution's weight is packed in pairs of input channels and the kernel's convolution is
+``fxmlir::conv_pairs``. Products and convolutions it cannot serve stay as they are."""
 
 import json
 import pathlib

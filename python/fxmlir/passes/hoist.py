@@ -22,7 +22,7 @@ log = logging.getLogger("fxmlir")
 
 
 #: Node metadata marking a view of weights that stays in the kernel (a weight read through
-#: longer rows, :mod:`fxmlir.skew`): what it views is hoisted, the view itself is not.
+#: longer rows, :mod:`fxmlir.passes.skew`): what it views is hoisted, the view itself is not.
 KEEP_IN_KERNEL = "fxmlir_kernel_view"
 
 
@@ -99,9 +99,9 @@ class Split:
             ):
                 continue
             # Never materialise much more than what it is computed from (an expand); a weight
-            # padded to whole vectors (``fxmlir.pairs``) grows by at most an eighth, or by up
-            # to half if that is a few kilobytes (a convolution's three input channels padded
-            # to four).
+            # padded to whole vectors (``fxmlir.passes.bf16_pairs``) grows by at most an
+            # eighth, or by up to half if that is a few kilobytes (a convolution's three input
+            # channels padded to four).
             largest = max((t.numel() for i in inputs if (t := _tensor(i)) is not None), default=0)
             extra = out.numel() - largest
             small = extra * 2 <= largest and extra * out.element_size() <= SMALL_GROWTH_BYTES
@@ -211,14 +211,11 @@ class Hoisted:
 
 def hoist(
     gm: torch.fx.GraphModule,
-    static: frozenset[int],
+    split: Split,
     compile_main: Callable[[torch.fx.GraphModule], Callable[[list[Any]], Any]],
 ) -> Callable[[list[Any]], Any] | None:
-    """The graph with its weight-only work hoisted, compiled with ``compile_main``; ``None``
-    when there is nothing worth hoisting."""
-    if not static:
-        return None
-    split = Split(gm, static)
+    """The graph with its weight-only work (``split``, the analysis of ``gm``) hoisted,
+    compiled with ``compile_main``; ``None`` when there is nothing worth hoisting."""
     if not split.hoisted:
         return None
     main = main_graph(gm, split)

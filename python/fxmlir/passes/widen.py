@@ -21,9 +21,9 @@ bias is added before the one rounding. A grouped product (``_grouped_mm``, trans
 becomes the same product of widened operands, rounded once, where its groups average enough
 rows: the kernel would otherwise widen each expert matrix in the register tiles of every
 tile of rows that reads it. So does a convolution whose weight (and bias) are weight-only:
-its kernel would widen the weight on every call. :mod:`fxmlir.hoist` then computes ``wide``
+its kernel would widen the weight on every call. :mod:`fxmlir.passes.hoist` then computes ``wide``
 once: the kernel keeps an f32 copy of such weights, twice their size. Products on bf16 pairs
-(:mod:`fxmlir.pairs`) are rewritten before this and left alone.
+(:mod:`fxmlir.passes.bf16_pairs`) are rewritten before this and left alone.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _fxmlir, hoist
-from .pairs import chain, fake_val, replace, weight_products
+from .. import _fxmlir
+from . import hoist
+from .rewriting import chain, fake_val, replace, weight_products
 
 aten = torch.ops.aten
 
@@ -119,12 +120,13 @@ def _widens(rewrite: Rewrite, target: str) -> bool:
     return isinstance(rows, int) and _fxmlir.widened_product(dtype, rows, target)
 
 
-def widen_weights(gm: torch.fx.GraphModule, static: frozenset[int], target: str = "host") -> int:
-    """Widens the weight-only operands of ``gm``'s half-precision products (grouped ones and
-    convolutions included) whose kernel for the CPU ``target`` names would widen them on every
-    call (see the module docs); returns how many products were rewritten."""
+def widen_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "host") -> int:
+    """Widens the weight-only operands (in the ``static_nodes`` of ``split``, the analysis of
+    ``gm``) of ``gm``'s half-precision products (grouped ones and convolutions included) whose
+    kernel for the CPU ``target`` names would widen them on every call (see the module docs);
+    returns how many products were rewritten."""
     graph = gm.graph
-    weights = hoist.Split(gm, static).static_nodes
+    weights = split.static_nodes
     rewrites = [
         r
         for found in (_products, _grouped, _convolutions)
