@@ -53,7 +53,7 @@ def status(op: str, native: dict[str, str]) -> str:
     if op in native:
         return f"native ({native[op]})"
     if op in WRITTEN_OUT:
-        return "written out (`fxmlir.decompositions`), when its arguments allow"
+        return "written out (`fxmlir.passes.decompositions`), when its arguments allow"
     if op.split(".")[1].startswith("sym_"):
         return "evaluated at export (size query)"
     overload = getattr(getattr(torch.ops.aten, op.split(".")[1]), op.split(".")[2])

@@ -383,7 +383,7 @@ fn target_info(py: Python<'_>, spec: &str, threads: usize) -> PyResult<Py<PyDict
 }
 
 /// Whether the kernel multiplies f32 copies of the operands of a product of `rows` rows of
-/// `dtype` (a torch dtype's name without `torch.`) on the target `spec` names: `fxmlir.widen`
+/// `dtype` (a torch dtype's name without `torch.`) on the target `spec` names: `fxmlir.passes.widen`
 /// widens weight-only operands of such products before hoisting, so that they are widened
 /// once.
 #[pyfunction]
@@ -417,6 +417,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CallError", py.get_type::<CallError>())?;
     m.add("TargetError", py.get_type::<TargetError>())?;
     m.add("INTERCHANGE_VERSION", crate::graph::VERSION)?;
+    m.add("PAIR_LANES", crate::tuning::PAIR_LANES)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Kernel>()?;
     m.add_class::<Compilation>()?;

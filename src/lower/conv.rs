@@ -301,7 +301,8 @@ fn lower_convolution<'c, 'a>(
 /// returned in f32 [n, oc, o…]. It is `w @ patches` as for a float convolution, with the
 /// weight as the left operand `[oc, (c / 2, k…), 2]` and the patches written straight into
 /// the pairs layout of the right one, `[(c / 2, k…), (n, o…), 2]`: the contraction AVX512-BF16's
-/// dot product computes (see [`pair_product`]). `fxmlir.pairs` rewrites bf16 convolutions so.
+/// dot product computes (see [`pair_product`]). `fxmlir.passes.bf16_pairs` rewrites bf16
+/// convolutions so.
 fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
     let x = ctx.tensor(node, 0)?;
     let pairs = ctx.tensor(node, 1)?;

@@ -234,8 +234,8 @@ fn grouped_tile<'c, 'b>(
 /// `fxmlir.mm_pairs(a, pairs)`: `a` (m x k, bf16) times a right operand packed in pairs along
 /// the reduction (`pairs[k / 2, n, k % 2]` holds `b[k, n]`), accumulated and returned in f32.
 /// The pairs are the operand layout of AVX512-BF16's dot product, which the schedule maps this
-/// contraction to; `fxmlir.pairs` packs weights so, in the part of the graph that
-/// `fxmlir.hoist` takes out of the kernel.
+/// contraction to; `fxmlir.passes.bf16_pairs` packs weights so, in the part of the graph that
+/// `fxmlir.passes.hoist` takes out of the kernel.
 fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
     let out = ctx.out(0)?.clone();
     let a = ctx.tensor(node, 0)?;

@@ -108,7 +108,7 @@ pub(super) fn first_entries<'c, 'a>(
 /// one from [`MIN_PAIR_ROWS`]. Measured on `bmm`: 1 x 16 x 1024 x 1024 took 0.21 ms packed
 /// against 0.17 widened, 1 x 32 x 1024 x 1024 0.26 against 0.34, 32 x 8 x 64 x 128 0.022
 /// against 0.029, and attention's 12 x 197 x 64 x 197 0.13 against 0.34. (Weights are packed
-/// once, outside the kernel, by `fxmlir.pairs`.)
+/// once, outside the kernel, by `fxmlir.passes.bf16_pairs`.)
 const MIN_PAIR_ROWS: i64 = 32;
 const MIN_CACHED_PAIR_ROWS: i64 = 8;
 const CACHED_RIGHT_BYTES: i64 = 256 << 10;

@@ -1,7 +1,7 @@
 //! The `parallel` stage: both cores (or however many threads torch uses) on every large
 //! structured op. Rust picks, for each top-level `linalg` op of the graph function whose loop
 //! nest is big enough, its outermost parallel loop that spreads evenly over the threads (see
-//! [`choose`]), tags the op and appends a transform script that tiles that loop with
+//! [`choose_split`]), tags the op and appends a transform script that tiles that loop with
 //! `tile_using_forall` into one chunk per thread. After bufferisation the `loops` stage turns
 //! each `scf.forall` into `scf.parallel` and then into an OpenMP worksharing loop, which the
 //! LLVM translation outlines into a function run by the OpenMP runtime's thread team. Inner
@@ -34,7 +34,7 @@ pub const TAG: &str = "fxmlir.parallel";
 
 /// One op to split: the position of the loop to split and into how many chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Split {
+pub struct ThreadSplit {
     pub dim: usize,
     pub chunks: i64,
 }
@@ -52,9 +52,9 @@ pub const SHORT_ROWS: i64 = 64;
 
 /// An op to split or to tile as a transposing copy (or both), or to flatten, found by raw
 /// pointer.
-struct Planned {
+struct SplitOp {
     op: usize,
-    split: Option<Split>,
+    split: Option<ThreadSplit>,
     /// An elementwise op of short rows whose operands and result are all read and written
     /// with the identity map: its loops become one (`flatten_elementwise`).
     flatten: bool,
@@ -92,7 +92,12 @@ const EVEN: f64 = 0.9;
 /// shorter). A convolution's patch copy over three input channels, split on its channels, kept
 /// one thread on two thirds of the copy while the other waited. `None` for small or serial
 /// loop nests.
-pub fn choose(ranges: &[i64], parallel: &[bool], min_work: i64, threads: i64) -> Option<Split> {
+pub fn choose_split(
+    ranges: &[i64],
+    parallel: &[bool],
+    min_work: i64,
+    threads: i64,
+) -> Option<ThreadSplit> {
     if threads < 2 || ranges.iter().product::<i64>() < min_work {
         return None;
     }
@@ -105,7 +110,7 @@ pub fn choose(ranges: &[i64], parallel: &[bool], min_work: i64, threads: i64) ->
                 balance(ranges[a], threads).total_cmp(&balance(ranges[b], threads))
             })
         })?;
-    Some(Split {
+    Some(ThreadSplit {
         dim,
         chunks: threads.min(ranges[dim]),
     })
@@ -184,7 +189,7 @@ fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
 /// result and the one innermost in that input (both among the dimensions longer than one) get
 /// 16x16 tiles, the others unit tiles. `None`
 /// for anything else, or when a tile would not be whole (after the split into `split`'s chunks).
-fn transpose_tiles(op: &OperationRef, split: Option<Split>) -> Option<Vec<i64>> {
+fn transpose_tiles(op: &OperationRef, split: Option<ThreadSplit>) -> Option<Vec<i64>> {
     if op.operand_count() < 2 || op.result_count() != 1 {
         return None;
     }
@@ -276,7 +281,7 @@ fn flattens(op: &OperationRef) -> bool {
 }
 
 /// The ops of every function's body (not nested in loops) to split, tile or flatten.
-fn plan(module: &Module, threads: i64) -> Vec<Planned> {
+fn plan_splits(module: &Module, threads: i64) -> Vec<SplitOp> {
     let mut planned = Vec::new();
     let mut function = module.body().first_operation();
     while let Some(f) = function {
@@ -291,12 +296,12 @@ fn plan(module: &Module, threads: i64) -> Vec<Planned> {
             if op.result_count() == 1
                 && let Some((ranges, parallel)) = loops(&op, &name)
             {
-                let split = choose(&ranges, &parallel, min_work(&op), threads);
+                let split = choose_split(&ranges, &parallel, min_work(&op), threads);
                 let generic = name == "linalg.generic";
                 let transpose = generic.then(|| transpose_tiles(&op, split)).flatten();
                 let flatten = generic && flattens(&op);
                 if split.is_some() || transpose.is_some() || flatten {
-                    planned.push(Planned {
+                    planned.push(SplitOp {
                         op: op.to_raw().ptr as usize,
                         split,
                         flatten,
@@ -328,7 +333,7 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
     if has_entry(module) {
         return Ok(0);
     }
-    let planned = plan(module, target.threads as i64);
+    let planned = plan_splits(module, target.threads as i64);
     let mut tags = HashMap::new();
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {
@@ -397,59 +402,59 @@ mod tests {
     fn splits_the_outermost_parallel_loop_of_large_nests() {
         let par = [true, true];
         assert_eq!(
-            choose(&[512, 1024], &par, MIN_PARALLEL_WORK, 2),
-            Some(Split { dim: 0, chunks: 2 })
+            choose_split(&[512, 1024], &par, MIN_PARALLEL_WORK, 2),
+            Some(ThreadSplit { dim: 0, chunks: 2 })
         );
         // A unit batch is skipped; a reduction is never split.
         assert_eq!(
-            choose(&[1, 64, 1024], &[true, true, true], MIN_PARALLEL_WORK, 4),
-            Some(Split { dim: 1, chunks: 4 })
+            choose_split(&[1, 64, 1024], &[true, true, true], MIN_PARALLEL_WORK, 4),
+            Some(ThreadSplit { dim: 1, chunks: 4 })
         );
         assert_eq!(
-            choose(&[64, 2048], &[false, true], MIN_PARALLEL_WORK, 2),
-            Some(Split { dim: 1, chunks: 2 })
+            choose_split(&[64, 2048], &[false, true], MIN_PARALLEL_WORK, 2),
+            Some(ThreadSplit { dim: 1, chunks: 2 })
         );
         // A loop that would leave threads idle or one thread with most of the work gives way
         // to an inner one that spreads evenly.
         assert_eq!(
-            choose(&[3, 65536], &par, MIN_PARALLEL_WORK, 8),
-            Some(Split { dim: 1, chunks: 8 })
+            choose_split(&[3, 65536], &par, MIN_PARALLEL_WORK, 8),
+            Some(ThreadSplit { dim: 1, chunks: 8 })
         );
         assert_eq!(
-            choose(&[3, 3, 8, 1024], &[true; 4], MIN_PARALLEL_WORK, 2),
-            Some(Split { dim: 2, chunks: 2 })
+            choose_split(&[3, 3, 8, 1024], &[true; 4], MIN_PARALLEL_WORK, 2),
+            Some(ThreadSplit { dim: 2, chunks: 2 })
         );
         assert_eq!(
-            choose(&[17, 4096], &par, MIN_PARALLEL_WORK, 2),
-            Some(Split { dim: 0, chunks: 2 })
+            choose_split(&[17, 4096], &par, MIN_PARALLEL_WORK, 2),
+            Some(ThreadSplit { dim: 0, chunks: 2 })
         );
         // None spreads evenly: the one that spreads best, the outermost of equals; fewer
         // iterations than threads give one chunk per iteration.
         assert_eq!(
-            choose(
+            choose_split(
                 &[3, 5, 7, 3000],
                 &[true, true, true, false],
                 MIN_PARALLEL_WORK,
                 4
             ),
-            Some(Split { dim: 2, chunks: 4 })
+            Some(ThreadSplit { dim: 2, chunks: 4 })
         );
         assert_eq!(
-            choose(&[3, 3, 65536], &[true, true, false], MIN_PARALLEL_WORK, 8),
-            Some(Split { dim: 0, chunks: 3 })
+            choose_split(&[3, 3, 65536], &[true, true, false], MIN_PARALLEL_WORK, 8),
+            Some(ThreadSplit { dim: 0, chunks: 3 })
         );
         // 32768 iterations of plain arithmetic stay on one thread; calling a math function,
         // they are split.
-        assert_eq!(choose(&[64, 512], &par, MIN_PARALLEL_WORK, 2), None);
+        assert_eq!(choose_split(&[64, 512], &par, MIN_PARALLEL_WORK, 2), None);
         assert_eq!(
-            choose(&[64, 512], &par, MIN_PARALLEL_MATH_WORK, 2),
-            Some(Split { dim: 0, chunks: 2 })
+            choose_split(&[64, 512], &par, MIN_PARALLEL_MATH_WORK, 2),
+            Some(ThreadSplit { dim: 0, chunks: 2 })
         );
         // Small nests, one thread, all-reduction nests: no split.
-        assert_eq!(choose(&[16, 16], &par, MIN_PARALLEL_WORK, 2), None);
-        assert_eq!(choose(&[512, 1024], &par, MIN_PARALLEL_WORK, 1), None);
+        assert_eq!(choose_split(&[16, 16], &par, MIN_PARALLEL_WORK, 2), None);
+        assert_eq!(choose_split(&[512, 1024], &par, MIN_PARALLEL_WORK, 1), None);
         assert_eq!(
-            choose(&[512, 1024], &[false, false], MIN_PARALLEL_WORK, 2),
+            choose_split(&[512, 1024], &[false, false], MIN_PARALLEL_WORK, 2),
             None
         );
     }

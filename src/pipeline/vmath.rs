@@ -32,7 +32,7 @@ const STAGE: &str = "loops";
 
 /// A math op to rewrite: its vector shape and element type, and the libmvec function for a
 /// slice of `lanes` elements of one row.
-struct Planned {
+struct MathCall {
     shape: Vec<i64>,
     element: String,
     callee: String,
@@ -49,7 +49,7 @@ fn libm_name(op: &str) -> Option<&str> {
 
 /// What [`call_libmvec`] does with `op`, if anything: a `math` op on static vectors of `f32`
 /// or `f64` with a libmvec function for its rows.
-fn plan(op: &OperationRef, target: &Target) -> Option<Planned> {
+fn math_call(op: &OperationRef, target: &Target) -> Option<MathCall> {
     let name = op_name(op);
     let base = libm_name(&name)?;
     if op.result_count() != 1 {
@@ -62,7 +62,7 @@ fn plan(op: &OperationRef, target: &Target) -> Option<Planned> {
         _ => return None,
     };
     let (callee, lanes, arity) = libmvec::row_variant(base, bits, *shape.last()?, target)?;
-    (op.operand_count() == arity).then_some(Planned {
+    (op.operand_count() == arity).then_some(MathCall {
         shape,
         element,
         callee,
@@ -97,7 +97,7 @@ fn vector_type<'c>(context: &'c Context, length: i64, element: &str) -> Result<T
 fn rewrite<'c, 'a>(
     context: &'c Context,
     op: OperationRef<'c, 'a>,
-    planned: &Planned,
+    planned: &MathCall,
 ) -> Result<Value<'c, 'a>> {
     let b = Builder {
         stage: STAGE,
@@ -189,7 +189,7 @@ fn rewrite<'c, 'a>(
 pub fn call_libmvec(context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
     let mut found = Vec::new();
     module.as_operation().walk(WalkOrder::PreOrder, |op| {
-        if let Some(planned) = plan(&op, target) {
+        if let Some(planned) = math_call(&op, target) {
             found.push((op.to_raw(), planned));
         }
         WalkResult::Advance
@@ -197,7 +197,7 @@ pub fn call_libmvec(context: &Context, module: &mut Module, target: &Target) -> 
     let rewriter = IrRewriter::new(context);
     let rewriter = rewriter.as_rewriter_base();
     // Each callee with its first caller: its signature and its declaration's location.
-    let mut callees: BTreeMap<&str, (&Planned, usize, Location)> = BTreeMap::new();
+    let mut callees: BTreeMap<&str, (&MathCall, usize, Location)> = BTreeMap::new();
     for (raw, planned) in &found {
         // SAFETY: `raw` is a live op of `module`, found by the walk above; only ops rewritten
         // before it were erased, and those are other ops.

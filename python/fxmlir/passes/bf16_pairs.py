@@ -45,8 +45,9 @@ from .rewriting import chain, fake_val, replace, weight_products
 
 aten = torch.ops.aten
 
-#: The columns of one dot product: a product's width is padded to a multiple of it.
-LANES = 16
+#: The columns of one dot product: a product's width is padded to a multiple of it (the
+#: lowering and the schedule read the same constant, ``tuning::PAIR_LANES``).
+LANES = _fxmlir.PAIR_LANES
 
 #: Packed rows of a multiple of this many columns are a multiple of 4 KiB apart: the rows a
 #: register tile walks down then share cache sets and evict one another (a 1 x 2816 x 1024

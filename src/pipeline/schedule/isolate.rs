@@ -28,7 +28,7 @@ use std::collections::HashMap;
 pub(super) fn merge_identical(
     context: &Context,
     module: &mut Module,
-    planned: &[Planned],
+    planned: &[PlannedProduct],
 ) -> Result<Vec<i64>> {
     // Equal tags for equal scripts (the plan also depends on the product's surroundings, which
     // the function does not show), so only those can merge: each script rendered as the
@@ -166,7 +166,7 @@ pub(super) const ISOLATE_CLONED_PAIRS: &[&str] = &["arith.constant", "ub.poison"
 pub(super) fn isolate(
     context: &Context,
     module: &Module,
-    planned: &[Planned],
+    planned: &[PlannedProduct],
 ) -> Result<Vec<usize>> {
     let attributes = outlining::private_attributes(context, &[])?;
     let mut moved = Vec::new();

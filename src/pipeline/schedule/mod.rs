@@ -23,7 +23,7 @@ mod script;
 
 use isolate::{isolate, merge_identical};
 pub use model::Element;
-use plan::plan;
+use plan::plan_products;
 use script::emit;
 
 use super::chains;
@@ -50,7 +50,7 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
         folded,
         "elementwise ops folded into the chains after products"
     );
-    let mut planned = plan(module, target);
+    let mut planned = plan_products(module, target);
     let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
     for (id, p) in planned.iter().enumerate() {
         tags.insert(p.op, (CONTRACTION_TAG, id as i64));
@@ -78,7 +78,7 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
 #[cfg(test)]
 mod tests {
     use super::model::*;
-    use super::plan::plan;
+    use super::plan::plan_products;
     use super::*;
     use crate::tuning::PAIR_MAPS;
 
@@ -109,7 +109,7 @@ mod tests {
                 for k in [1, 5, 64, 4096, 4099] {
                     for element in [Element::F32, Element::F64] {
                         let p = problem(m, k, n, element);
-                        let t = choose(&p, &avx512());
+                        let t = choose_tiles(&p, &avx512());
                         let rows = t.m_split.map_or(m, |s| s.at);
                         let columns = t.n_split.map_or(n, |s| s.at);
                         assert_eq!(rows % t.mr, 0, "{p:?} {t:?}");
@@ -172,52 +172,55 @@ mod tests {
 
     #[test]
     fn avx512_register_tiles() {
-        let t = choose(&problem(256, 512, 256, Element::F32), &avx512());
+        let t = choose_tiles(&problem(256, 512, 256, Element::F32), &avx512());
         assert_eq!((t.mr, t.nr, t.kc), (8, 32, None));
-        let t = choose(&problem(512, 512, 512, Element::F64), &avx512());
+        let t = choose_tiles(&problem(512, 512, 512, Element::F64), &avx512());
         assert_eq!((t.mr, t.nr, t.kc, t.nc), (8, 16, Some(256), None));
         let block = |size, covers| Some(Block { size, covers });
-        let t = choose(&problem(1024, 1024, 1024, Element::F32), &avx512());
+        let t = choose_tiles(&problem(1024, 1024, 1024, Element::F32), &avx512());
         assert_eq!(
             (t.kc, t.nc, t.columns_outer, t.ku),
             (Some(256), None, false, 4)
         );
-        let t = choose(&problem(1024, 1024, 1024, Element::F64), &avx512());
+        let t = choose_tiles(&problem(1024, 1024, 1024, Element::F64), &avx512());
         assert_eq!(
             (t.kc, t.nc, t.columns_outer, t.ku),
             (Some(128), None, false, 4)
         );
-        let t = choose(&problem(64, 4096, 1024, Element::F32), &avx512());
+        let t = choose_tiles(&problem(64, 4096, 1024, Element::F32), &avx512());
         assert_eq!((t.kc, t.nc, t.columns_outer), (Some(256), None, true));
         // A prime depth cannot be blocked; 1000 columns block by a multiple of 4.
-        let t = choose(&problem(512, 4099, 512, Element::F32), &avx512());
+        let t = choose_tiles(&problem(512, 4099, 512, Element::F32), &avx512());
         assert_eq!((t.kc, t.ku), (None, 1));
-        let t = choose(&problem(512, 2000, 1000, Element::F32), &avx512());
+        let t = choose_tiles(&problem(512, 2000, 1000, Element::F32), &avx512());
         assert_eq!((t.kc, t.nr, t.ku), (Some(200), 32, 4));
-        assert_eq!(t.n_split, Some(Split { at: 992, rest: 8 }));
+        assert_eq!(t.n_split, Some(TileSplit { at: 992, rest: 8 }));
         // Wide: 256-deep blocks of 1024 columns (1 MiB of the right operand, half of L2).
-        let t = choose(&problem(197, 768, 3072, Element::F32), &avx512());
+        let t = choose_tiles(&problem(197, 768, 3072, Element::F32), &avx512());
         assert_eq!((t.kc, t.nc), (Some(256), block(1024, 3072)));
         // Blocks need not divide the columns: 2976 main columns are 2 blocks of 1024 and 928
         // unblocked columns, then 24 columns.
-        let t = choose(&problem(197, 768, 3000, Element::F32), &avx512());
+        let t = choose_tiles(&problem(197, 768, 3000, Element::F32), &avx512());
         assert_eq!(t.nc, block(1024, 2048));
-        assert_eq!(t.n_split, Some(Split { at: 2976, rest: 24 }));
+        assert_eq!(t.n_split, Some(TileSplit { at: 2976, rest: 24 }));
         // That tile is one vector and 8 columns, as is a whole width of 24.
-        assert_eq!(t.n_tail, Some(Split { at: 16, rest: 8 }));
-        let t = choose(&problem(64, 64, 24, Element::F32), &avx512());
+        assert_eq!(t.n_tail, Some(TileSplit { at: 16, rest: 8 }));
+        let t = choose_tiles(&problem(64, 64, 24, Element::F32), &avx512());
         assert_eq!(
             (t.nr, t.n_split, t.n_tail),
-            (16, Some(Split { at: 16, rest: 8 }), None)
+            (16, Some(TileSplit { at: 16, rest: 8 }), None)
         );
         // f64 3000 columns: pairs of 8-lane vectors up to 2992, then one vector.
-        let t = choose(&problem(64, 64, 3000, Element::F64), &avx512());
-        assert_eq!((t.nr, t.n_split), (16, Some(Split { at: 2992, rest: 8 })));
+        let t = choose_tiles(&problem(64, 64, 3000, Element::F64), &avx512());
+        assert_eq!(
+            (t.nr, t.n_split),
+            (16, Some(TileSplit { at: 2992, rest: 8 }))
+        );
         // 197 rows (prime): 24 full 8-row tiles and one of 5, not 197 one-row tiles; 100 rows
         // divide by 5.
-        let t = choose(&problem(197, 768, 768, Element::F32), &avx512());
-        assert_eq!((t.mr, t.m_split), (8, Some(Split { at: 192, rest: 5 })));
-        let t = choose(&problem(100, 784, 10, Element::F32), &avx512());
+        let t = choose_tiles(&problem(197, 768, 768, Element::F32), &avx512());
+        assert_eq!((t.mr, t.m_split), (8, Some(TileSplit { at: 192, rest: 5 })));
+        let t = choose_tiles(&problem(100, 784, 10, Element::F32), &avx512());
         assert_eq!((t.mr, t.nr, t.m_split, t.n_split), (5, 10, None, None));
     }
 
@@ -227,16 +230,16 @@ mod tests {
         let block = |size, covers| Some(Block { size, covers });
         // Eight accumulators of two 8-lane vectors; 512³'s right operand (1 MiB) is blocked
         // here but not with a 2 MiB L2; blocks of 256 KiB.
-        let t = choose(&problem(512, 512, 512, Element::F32), zen3);
+        let t = choose_tiles(&problem(512, 512, 512, Element::F32), zen3);
         assert_eq!(
             (t.mr, t.nr, t.kc, t.nc),
             (4, 16, Some(256), block(256, 512))
         );
         assert_eq!(
-            choose(&problem(512, 512, 512, Element::F32), &avx512()).kc,
+            choose_tiles(&problem(512, 512, 512, Element::F32), &avx512()).kc,
             None
         );
-        let t = choose(&problem(1024, 1024, 1024, Element::F32), zen3);
+        let t = choose_tiles(&problem(1024, 1024, 1024, Element::F32), zen3);
         assert_eq!((t.kc, t.nc), (Some(256), block(256, 1024)));
     }
 
@@ -402,19 +405,19 @@ mod tests {
     fn pairs_products_need_the_dot_product_and_whole_vectors() {
         let context = crate::context::new_context().expect("default LLVM options parse");
         let bf16 = &Target::parse("x86-64-v4,+avx512bf16").unwrap();
-        let planned = plan(&pairs_module(&context, 64, 128, 96), bf16);
+        let planned = plan_products(&pairs_module(&context, 64, 128, 96), bf16);
         let [p] = planned.as_slice() else {
             panic!("one product planned, got {}", planned.len());
         };
         assert_eq!(p.problem, problem(64, 128, 96, Element::Bf16Pairs));
         // The tiles of an f32 product of as many steps, one pair per step.
-        let f32_tiles = choose(&problem(64, 128, 96, Element::F32), &avx512());
+        let f32_tiles = choose_tiles(&problem(64, 128, 96, Element::F32), &avx512());
         assert_eq!(p.tiles, Tiles { ku: 1, ..f32_tiles });
         assert!(p.epilogue.is_none());
         // Without AVX512-BF16, or with a width of no whole number of 16-lane vectors, the
         // contraction is left to the lowering's loops.
-        assert!(plan(&pairs_module(&context, 64, 128, 96), &avx512()).is_empty());
-        assert!(plan(&pairs_module(&context, 64, 128, 40), bf16).is_empty());
+        assert!(plan_products(&pairs_module(&context, 64, 128, 96), &avx512()).is_empty());
+        assert!(plan_products(&pairs_module(&context, 64, 128, 40), bf16).is_empty());
     }
 
     #[test]

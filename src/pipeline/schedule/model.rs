@@ -58,7 +58,7 @@ pub struct Problem {
 /// A dimension cut in two: tiles of the main part `[0, at)` use the register tile; the rest
 /// (`at` to the end, shorter than one register tile) is a single tile of `rest` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Split {
+pub struct TileSplit {
     pub at: i64,
     pub rest: i64,
 }
@@ -80,14 +80,14 @@ pub struct Tiles {
     /// Columns of the register tile (two vectors when the shape allows).
     pub nr: i64,
     /// Rows cut where `mr` does not divide them and no divisor makes a good tile.
-    pub m_split: Option<Split>,
+    pub m_split: Option<TileSplit>,
     /// Columns cut where no whole number of vectors divides them.
-    pub n_split: Option<Split>,
+    pub n_split: Option<TileSplit>,
     /// The rest of `n_split` cut again after one vector, when it is more than one vector but
     /// not two: a register tile of one whole vector and a part of one per row ran 5-7x slower
     /// than whole vectors (512 x 4608 x 17: 1.5 ms, x 16: 0.22 ms; x 49, whose rest is 17
     /// columns: 2.1 ms, x 48: 0.67 ms).
-    pub n_tail: Option<Split>,
+    pub n_tail: Option<TileSplit>,
     /// Reduction steps per inner-loop iteration.
     pub ku: i64,
     /// Reduction block (cache blocking); `None` keeps the whole reduction inside the tile.
@@ -112,7 +112,7 @@ pub(super) const KC_MAX: i64 = 512;
 pub(super) const KC_BYTES: i64 = 1024;
 
 /// Tile sizes for `p` on `target`.
-pub fn choose(p: &Problem, target: &Target) -> Tiles {
+pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
     // Two vectors per row; a width that is no whole number of pairs is cut after the last
     // pair (the rest is one narrower tile); a narrower width is a single tile.
@@ -120,12 +120,12 @@ pub fn choose(p: &Problem, target: &Target) -> Tiles {
         (2 * lanes, None)
     } else if p.n > 2 * lanes {
         let at = p.n / (2 * lanes) * (2 * lanes);
-        (2 * lanes, Some(Split { at, rest: p.n - at }))
+        (2 * lanes, Some(TileSplit { at, rest: p.n - at }))
     } else if p.n > lanes && p.n % lanes != 0 {
         // One vector, then less than one.
         (
             lanes,
-            Some(Split {
+            Some(TileSplit {
                 at: lanes,
                 rest: p.n - lanes,
             }),
@@ -135,7 +135,7 @@ pub fn choose(p: &Problem, target: &Target) -> Tiles {
     };
     let n_tail = n_split
         .filter(|s| s.rest > lanes && nr == 2 * lanes)
-        .map(|s| Split {
+        .map(|s| TileSplit {
             at: lanes,
             rest: s.rest - lanes,
         });
@@ -149,7 +149,7 @@ pub fn choose(p: &Problem, target: &Target) -> Tiles {
         (divisor, None)
     } else {
         let at = p.m / mr_limit * mr_limit;
-        (mr_limit, Some(Split { at, rest: p.m - at }))
+        (mr_limit, Some(TileSplit { at, rest: p.m - at }))
     };
     let bytes = p.element.bytes();
     // Saturating: absurd shapes must not overflow (they simply count as large).

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 /// A contraction the schedule will handle, found in the module.
 #[derive(Debug, Clone)]
-pub(super) struct Planned {
+pub(super) struct PlannedProduct {
     pub(super) op: usize,
     /// The whole product; `tiles` are chosen for one chunk of it when it is split.
     pub(super) problem: Problem,
@@ -31,7 +31,7 @@ pub(super) struct Planned {
     pub(super) only_fill_fusable: bool,
 }
 
-impl Planned {
+impl PlannedProduct {
     /// Rows of the product (of one thread's chunk when it is split).
     pub(super) fn rows(&self) -> i64 {
         self.chunks.as_ref().map_or(self.problem.m, |c| c.chunk.m)
@@ -248,7 +248,7 @@ pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
 }
 
 /// Finds the contractions to schedule and their tiles and epilogues.
-pub(super) fn plan(module: &Module, target: &Target) -> Vec<Planned> {
+pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProduct> {
     let threads = target.threads as i64;
     let (order, ops) = analyse(module);
     // value -> (user op, operand index) for every use.
@@ -278,7 +278,7 @@ pub(super) fn plan(module: &Module, target: &Target) -> Vec<Planned> {
             continue;
         }
         let chunks = chunks(&problem, if info.in_loop { 1 } else { threads }, target);
-        let tiles = choose(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
+        let tiles = choose_tiles(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
         let fill_init = info
             .operands
             .get(2)
@@ -310,7 +310,7 @@ pub(super) fn plan(module: &Module, target: &Target) -> Vec<Planned> {
                 .and_then(|p| ops.get(p))
                 .is_none_or(|p| NOT_TILEABLE.contains(&p.name.as_str()))
         });
-        planned.push(Planned {
+        planned.push(PlannedProduct {
             op: key,
             problem,
             chunks,

@@ -10,7 +10,7 @@ use crate::tuning::{PAIR_LANES, largest_divisor_at_most};
 use std::fmt::Write as _;
 
 /// The transform script for one contraction, appended to the body of `@__transform_main`.
-pub(super) fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Result {
+pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::fmt::Result {
     let t = &p.tiles;
     let batched = p.problem.batch.is_some();
     let pairs = p.problem.element == Element::Bf16Pairs;
@@ -19,7 +19,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Re
         Some(b) => format!("{b}x{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
         None => format!("{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
     };
-    let split = |name: &str, s: Option<Split>| {
+    let split = |name: &str, s: Option<TileSplit>| {
         s.map_or(String::new(), |s| {
             format!(", {name} split at {} (rest {})", s.at, s.rest)
         })
@@ -190,7 +190,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &Planned) -> std::fmt::Re
 pub(super) fn emit_chunks(
     out: &mut String,
     id: usize,
-    p: &Planned,
+    p: &PlannedProduct,
     chunks: &Chunks,
     why: &str,
 ) -> std::fmt::Result {
@@ -348,7 +348,7 @@ pub(super) fn emit_register_tiles(
     contraction: usize,
     part: &str,
     handle: &str,
-    p: &Planned,
+    p: &PlannedProduct,
     (mr, nr): (i64, i64),
     whole: bool,
 ) -> Result<(String, String), std::fmt::Error> {
@@ -460,7 +460,7 @@ pub(super) fn emit_vectorize(
 
 /// The whole schedule as a module holding `@__transform_main`, for the planned contractions
 /// but those `merged` into an identical one's function.
-pub(super) fn emit(planned: &[Planned], merged: &[i64]) -> Result<String> {
+pub(super) fn emit(planned: &[PlannedProduct], merged: &[i64]) -> Result<String> {
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {
         if merged.contains(&(id as i64)) {
