@@ -5,7 +5,7 @@ the CPU has no dot product for the half type (f16 everywhere, bf16 without AVX51
 register tiles would widen every operand element they load, a conversion beside each
 multiply-add: on the AVX2 host a 128 x 512 x 4000 product ran at 28 GFLOP/s in bf16 and 8 in
 f16, against about 130 in f32. So the kernel multiplies f32 copies of such operands
-(``widened`` in ``src/lower/linear.rs``, which also says from how many rows on), made by a
+(``widened`` in ``src/lower/products.rs``, which also says from how many rows on), made by a
 pass over each.
 
 For a right operand computed from weights alone (a linear layer's ``t(weight)``) that pass
