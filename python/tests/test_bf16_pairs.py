@@ -19,6 +19,14 @@ pytestmark = pytest.mark.skipif(
     reason="needs avx512bf16, which this host lacks (the IR is checked by lit on every host)",
 )
 
+
+@pytest.fixture(autouse=True)
+def host_target():
+    """The dot product is the host's own, whatever ``FXMLIR_TARGET`` says."""
+    with fxmlir.config.patch(target="host"):
+        yield
+
+
 # bf16 results of f32 sums: one rounding to bf16 (8 bits) apart at most, over values of a
 # few units.
 ATOL, RTOL = 3e-2, 1.6e-2
