@@ -175,11 +175,14 @@ def check(actual: Any, expected: Any, rtol: float = 1e-3, atol: float = 1e-3) ->
 
 
 def compile_document(text: str) -> Any:
-    """``fxmlir._fxmlir.compile`` as fxmlir's runtime calls it (torch's thread count), with
-    no dumps and no disk cache."""
+    """``fxmlir._fxmlir.compile`` as fxmlir's runtime calls it (``config.target``, torch's
+    thread count), with no dumps and no disk cache."""
+    import fxmlir
     from fxmlir import _fxmlir
 
-    return _fxmlir.compile(text, "default", None, None, torch.get_num_threads()).wait()
+    return _fxmlir.compile(
+        text, "default", None, None, fxmlir.config.target, torch.get_num_threads()
+    ).wait()
 
 
 def error_text(e: BaseException) -> str:
