@@ -45,53 +45,13 @@ const V4: &[&str] = &[
     "sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq",
     "avx512vl",
 ];
-const V4_VNNI: &[&str] = &[
-    "sse4.2",
-    "avx",
-    "avx2",
-    "fma",
-    "f16c",
-    "avx512f",
-    "avx512cd",
-    "avx512bw",
-    "avx512dq",
-    "avx512vl",
-    "avx512vnni",
-];
-const V4_VNNI_BF16: &[&str] = &[
-    "sse4.2",
-    "avx",
-    "avx2",
-    "fma",
-    "f16c",
-    "avx512f",
-    "avx512cd",
-    "avx512bw",
-    "avx512dq",
-    "avx512vl",
-    "avx512vnni",
-    "avx512bf16",
-];
-const V4_VNNI_BF16_FP16: &[&str] = &[
-    "sse4.2",
-    "avx",
-    "avx2",
-    "fma",
-    "f16c",
-    "avx512f",
-    "avx512cd",
-    "avx512bw",
-    "avx512dq",
-    "avx512vl",
-    "avx512vnni",
-    "avx512bf16",
-    "avx512fp16",
-];
 
-/// A named CPU: its LLVM name, the [`FEATURES`] it has, and one core's level-2 cache.
+/// A named CPU: its LLVM name, the [`FEATURES`] it has (a generic level's and its own), and
+/// one core's level-2 cache.
 struct Cpu {
     name: &'static str,
-    features: &'static [&'static str],
+    level: &'static [&'static str],
+    extra: &'static [&'static str],
     l2_bytes: i64,
     /// A generic x86-64 level (`x86-64-v3`): its instruction set is exactly `features`, so its
     /// code runs on every host that has them.
@@ -108,10 +68,16 @@ const MIB: i64 = 1 << 20;
 /// does not tell): a 2 MiB server core's.
 const DEFAULT_L2: i64 = 2 * MIB;
 
-const fn cpu(name: &'static str, features: &'static [&'static str], l2_bytes: i64) -> Cpu {
+const fn cpu(
+    name: &'static str,
+    level: &'static [&'static str],
+    extra: &'static [&'static str],
+    l2_bytes: i64,
+) -> Cpu {
     Cpu {
         name,
-        features,
+        level,
+        extra,
         l2_bytes,
         generic: false,
     }
@@ -120,11 +86,26 @@ const fn cpu(name: &'static str, features: &'static [&'static str], l2_bytes: i6
 const fn level(name: &'static str, features: &'static [&'static str]) -> Cpu {
     Cpu {
         name,
-        features,
+        level: features,
+        extra: &[],
         l2_bytes: DEFAULT_L2,
         generic: true,
     }
 }
+
+impl Cpu {
+    /// Its features, in [`FEATURES`] order.
+    fn features(&self) -> Vec<&'static str> {
+        let mut features: Vec<&'static str> =
+            self.level.iter().chain(self.extra).copied().collect();
+        sort(&mut features);
+        features
+    }
+}
+
+const VNNI: &[&str] = &["avx512vnni"];
+const VNNI_BF16: &[&str] = &["avx512vnni", "avx512bf16"];
+const VNNI_BF16_FP16: &[&str] = &["avx512vnni", "avx512bf16", "avx512fp16"];
 
 /// The CPUs a spec may name.
 const CPUS: &[Cpu] = &[
@@ -132,22 +113,22 @@ const CPUS: &[Cpu] = &[
     level("x86-64-v2", V2),
     level("x86-64-v3", V3),
     level("x86-64-v4", V4),
-    cpu("haswell", V3, 256 * KIB),
-    cpu("broadwell", V3, 256 * KIB),
-    cpu("skylake", V3, 256 * KIB),
-    cpu("alderlake", V3, 1280 * KIB),
-    cpu("skylake-avx512", V4, MIB),
-    cpu("cascadelake", V4_VNNI, MIB),
-    cpu("cooperlake", V4_VNNI_BF16, MIB),
-    cpu("icelake-server", V4_VNNI, 1280 * KIB),
-    cpu("sapphirerapids", V4_VNNI_BF16_FP16, 2 * MIB),
-    cpu("emeraldrapids", V4_VNNI_BF16_FP16, 2 * MIB),
-    cpu("graniterapids", V4_VNNI_BF16_FP16, 2 * MIB),
-    cpu("znver1", V3, 512 * KIB),
-    cpu("znver2", V3, 512 * KIB),
-    cpu("znver3", V3, 512 * KIB),
-    cpu("znver4", V4_VNNI_BF16, MIB),
-    cpu("znver5", V4_VNNI_BF16, MIB),
+    cpu("haswell", V3, &[], 256 * KIB),
+    cpu("broadwell", V3, &[], 256 * KIB),
+    cpu("skylake", V3, &[], 256 * KIB),
+    cpu("alderlake", V3, &[], 1280 * KIB),
+    cpu("skylake-avx512", V4, &[], MIB),
+    cpu("cascadelake", V4, VNNI, MIB),
+    cpu("cooperlake", V4, VNNI_BF16, MIB),
+    cpu("icelake-server", V4, VNNI, 1280 * KIB),
+    cpu("sapphirerapids", V4, VNNI_BF16_FP16, 2 * MIB),
+    cpu("emeraldrapids", V4, VNNI_BF16_FP16, 2 * MIB),
+    cpu("graniterapids", V4, VNNI_BF16_FP16, 2 * MIB),
+    cpu("znver1", V3, &[], 512 * KIB),
+    cpu("znver2", V3, &[], 512 * KIB),
+    cpu("znver3", V3, &[], 512 * KIB),
+    cpu("znver4", V4, VNNI_BF16, MIB),
+    cpu("znver5", V4, VNNI_BF16, MIB),
 ];
 
 /// The CPU a compile is for: what LLVM generates code for, the features the lowering and the
@@ -302,14 +283,17 @@ fn sort(features: &mut [&'static str]) {
 /// the table gives it exactly these features, else the widest generic level they cover, with
 /// the rest added (`x86-64-v4,+avx512bf16`).
 fn portable_spec(cpu: &str, features: &[&'static str]) -> String {
-    if CPUS.iter().any(|c| c.name == cpu && c.features == features) {
+    if CPUS
+        .iter()
+        .any(|c| c.name == cpu && c.features() == features)
+    {
         return cpu.to_string();
     }
     let level = CPUS
         .iter()
-        .filter(|c| c.generic && c.features.iter().all(|f| features.contains(f)))
-        .max_by_key(|c| c.features.len())
-        .map_or(("x86-64", &[][..]), |c| (c.name, c.features));
+        .filter(|c| c.generic && c.level.iter().all(|f| features.contains(f)))
+        .max_by_key(|c| c.level.len())
+        .map_or(("x86-64", &[][..]), |c| (c.name, c.level));
     std::iter::once(level.0.to_string())
         .chain(
             features
@@ -372,7 +356,7 @@ impl Target {
                     triple: NAMED_TRIPLE.to_string(),
                     cpu: cpu.name.to_string(),
                     llvm_features: String::new(),
-                    features: cpu.features.to_vec(),
+                    features: cpu.features(),
                     l2_bytes: cpu.l2_bytes,
                     threads: 1,
                     threads_fixed: false,
@@ -669,10 +653,18 @@ mod tests {
 
     #[test]
     fn hosts_are_named_portably() {
-        assert_eq!(portable_spec("znver4", V4_VNNI_BF16), "znver4");
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            let mut features = V4.to_vec();
+            features.extend(extra);
+            features
+        };
+        assert_eq!(portable_spec("znver4", &with(VNNI_BF16)), "znver4");
         // A Zen 4 whose hypervisor hides AVX-512.
         assert_eq!(portable_spec("znver4", V3), "x86-64-v3");
-        assert_eq!(portable_spec("tigerlake", V4_VNNI), "x86-64-v4,+avx512vnni");
+        assert_eq!(
+            portable_spec("tigerlake", &with(VNNI)),
+            "x86-64-v4,+avx512vnni"
+        );
         assert_eq!(portable_spec("pentium4", &[]), "x86-64");
         let host = Target::host().unwrap();
         let again = Target::parse(host.spec()).unwrap();

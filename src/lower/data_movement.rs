@@ -4,8 +4,8 @@
 //! identity; views that read elements at new positions are `linalg.generic`s whose input map
 //! says where (`d0 mod 3`, `-d0 + 4`, `d0 * 3 + d1 + 2`).
 
-use super::layout::permute;
-use super::{Iter, LowerCtx, Operand, Registry, Tensor, emit, fail, norm_dim};
+use super::layout::{self, permute};
+use super::{LowerCtx, Operand, Registry, Tensor, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::Node;
 use melior::ir::Value;
@@ -330,14 +330,7 @@ fn read_through<'c, 'a>(
         return ctx.e.empty(shape, x.dtype);
     }
     let read = crate::pipeline::ir::maps::affine_map(rank, exprs);
-    let init = ctx.e.empty(shape, x.dtype)?;
-    let results = ctx.e.generic(
-        &[(x.value, read)],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |_, v| Ok(vec![v[0]]),
-    )?;
-    Ok(results[0])
+    layout::copy_through(ctx, x, shape, read)
 }
 
 /// Ops whose result may start inside their input's storage (a nonzero storage offset).

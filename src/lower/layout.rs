@@ -1,4 +1,5 @@
-//! Reordering a tensor's dimensions ([`permute`]), for data movement's permutes and
+//! Reordering a tensor's dimensions ([`permute`]) and copies through an indexing map
+//! ([`copy_through`]), for data movement's permutes and
 //! transposes, attention's transposed operands and the sorted dimension that scans move last.
 
 use super::{Iter, LowerCtx, Tensor, emit, fail};
@@ -27,8 +28,20 @@ pub(super) fn permute<'c, 'a>(
         inverse[p] = i;
     }
     let shape: Vec<i64> = perm.iter().map(|&p| x.shape[p]).collect();
-    let init = ctx.e.empty(&shape, x.dtype)?;
     let read = emit::affine_map(rank, &inverse.iter().map(|&d| Some(d)).collect::<Vec<_>>());
+    copy_through(ctx, x, &shape, read)
+}
+
+/// A fresh tensor of `shape` whose element at `(d0, d1, ..)` is `x` read through the indexing
+/// map `read` (over the output's dimensions): a copy that moves elements.
+pub(super) fn copy_through<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    shape: &[i64],
+    read: String,
+) -> Result<Value<'c, 'a>> {
+    let rank = shape.len();
+    let init = ctx.e.empty(shape, x.dtype)?;
     let results = ctx.e.generic(
         &[(x.value, read)],
         &[(init, emit::identity_map(rank))],
