@@ -2,8 +2,15 @@
 //! and the process-wide pass registration.
 
 use crate::error::{Error, Result};
-use melior::{Context, dialect::DialectRegistry, utility};
+use melior::{
+    Context,
+    dialect::DialectRegistry,
+    ir::{Module, operation::OperationLike},
+    utility,
+};
+use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
+use std::rc::Rc;
 use std::sync::{Once, OnceLock};
 
 /// Dialects loaded up front so that generically built operations resolve, and so that the
@@ -153,4 +160,95 @@ pub fn command_line_options() -> Result<()> {
             llvm_args()
         )))
     }
+}
+
+/// Collects the context's diagnostics while it is alive.
+pub struct Diagnostics<'c> {
+    context: &'c Context,
+    id: Option<melior::diagnostic::DiagnosticHandlerId>,
+    messages: Rc<RefCell<Vec<String>>>,
+}
+
+impl<'c> Diagnostics<'c> {
+    pub fn capture(context: &'c Context) -> Self {
+        let messages = Rc::new(RefCell::new(Vec::new()));
+        let sink = messages.clone();
+        let id = context.attach_diagnostic_handler(move |d| {
+            let mut text = format!("{}: {}", d.location(), d);
+            for i in 0..d.note_count() {
+                if let Ok(note) = d.note(i) {
+                    text.push_str(&format!("\n  note: {}: {}", note.location(), note));
+                }
+            }
+            sink.borrow_mut().push(text);
+            true
+        });
+        Diagnostics {
+            context,
+            id: Some(id),
+            messages,
+        }
+    }
+
+    pub fn take(&self) -> String {
+        std::mem::take(&mut *self.messages.borrow_mut()).join("\n")
+    }
+}
+
+impl Drop for Diagnostics<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.context.detach_diagnostic_handler(id);
+        }
+    }
+}
+
+/// A dialect defined in IRDL (`irdl.dialect`), loaded into a compile's context at run time:
+/// `source` names it in errors (a file, or a plugin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dialect {
+    pub source: String,
+    pub irdl: String,
+}
+
+impl Dialect {
+    /// The dialect an IRDL file defines, named by its path.
+    pub fn from_file(path: &std::path::Path) -> Result<Dialect> {
+        Ok(Dialect {
+            source: path.display().to_string(),
+            irdl: std::fs::read_to_string(path)
+                .map_err(|e| Error::io(path.display().to_string(), e))?,
+        })
+    }
+}
+
+/// Loads `dialects` into `context`, so that their ops parse, verify and print. Returns the
+/// IRDL modules, which must live as long as the context uses the dialects. A module that does
+/// not parse or define a valid dialect is an error naming its source.
+pub fn load_dialects<'c>(context: &'c Context, dialects: &[Dialect]) -> Result<Vec<Module<'c>>> {
+    dialects
+        .iter()
+        .map(|dialect| {
+            let invalid = |message: String| Error::Dialect {
+                origin: dialect.source.clone(),
+                message,
+            };
+            let diagnostics = Diagnostics::capture(context);
+            let module = Module::parse(context, &dialect.irdl)
+                .ok_or_else(|| invalid(format!("does not parse:\n{}", diagnostics.take())))?;
+            if !module.as_operation().verify() {
+                return Err(invalid(format!("does not verify:\n{}", diagnostics.take())));
+            }
+            // SAFETY: a live, verified module of `context`; the dialects it defines are
+            // registered in that context.
+            let loaded = unsafe { mlir_sys::mlirLoadIRDLDialects(module.to_raw()) };
+            if loaded.value == 0 {
+                return Err(invalid(format!(
+                    "defines no loadable dialect:\n{}",
+                    diagnostics.take()
+                )));
+            }
+            Ok(module)
+        })
+        .collect()
 }

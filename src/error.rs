@@ -57,6 +57,10 @@ pub enum Error {
     #[error("call error: {0}")]
     Call(String),
 
+    /// An IRDL dialect given to fxmlir that does not load.
+    #[error("dialect from {origin}: {message}")]
+    Dialect { origin: String, message: String },
+
     /// A target spec that does not parse, or code for a target this host cannot run.
     #[error("{0}")]
     Target(String),

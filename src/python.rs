@@ -2,7 +2,9 @@
 //! data pointers, list the supported ops. Errors become Python exceptions; a Rust panic is
 //! caught and reported as an internal error rather than unwinding into Python.
 
+use crate::context::Dialect;
 use crate::error::Error;
+use crate::pipeline::{Placement, Stage, StageEdit};
 use crate::runtime::{CompiledGraph, Options, dlpack};
 use crate::target::Target;
 use pyo3::create_exception;
@@ -216,7 +218,7 @@ fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
 #[pyfunction]
 #[pyo3(signature = (
     json, pipeline = "default", dump_dir = None, cache_dir = None, target = "host", threads = 1,
-    background = false, low_priority = false
+    background = false, low_priority = false, extensions = None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
@@ -229,14 +231,18 @@ fn compile(
     threads: usize,
     background: bool,
     low_priority: bool,
+    extensions: Option<&str>,
 ) -> PyResult<Compilation> {
     let target = parse_target(target, threads)?;
     target.check_runs_here().map_err(to_py)?;
+    let (stages, dialects) = parse_extensions(extensions)?;
     let options = Options {
         pipeline: pipeline.to_string(),
         dump_dir,
         cache_dir,
         target,
+        stages,
+        dialects,
     };
     if !background {
         let compiled = py.detach(|| compile_document(&json, &options))?;
@@ -348,6 +354,96 @@ fn supported_ops() -> PyResult<Vec<(String, String)>> {
     })
 }
 
+/// The stages and dialects `fxmlir.config` adds, as `fxmlir.stages.extensions_json` writes
+/// them: `{"stages": [{"placement", "anchor", "name", "passes"?, "transform"?, "pdl"?}],
+/// "dialects": [{"source", "irdl"}]}`.
+#[derive(serde::Deserialize)]
+struct ExtensionsDocument {
+    #[serde(default)]
+    stages: Vec<StageDocument>,
+    #[serde(default)]
+    dialects: Vec<DialectDocument>,
+}
+
+#[derive(serde::Deserialize)]
+struct StageDocument {
+    placement: String,
+    anchor: String,
+    name: String,
+    passes: Option<String>,
+    transform: Option<String>,
+    pdl: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct DialectDocument {
+    source: String,
+    irdl: String,
+}
+
+/// The stage edits and dialects of an extensions document (none without one).
+fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect>)> {
+    let Some(json) = json else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let document: ExtensionsDocument =
+        serde_json::from_str(json).map_err(|e| to_py(Error::from(e)))?;
+    let stages = document
+        .stages
+        .iter()
+        .map(|s| {
+            let placement = match s.placement.as_str() {
+                "before" => Placement::Before,
+                "after" => Placement::After,
+                "replace" => Placement::Replace,
+                other => {
+                    return Err(Error::PassPipeline {
+                        pipeline: s.name.clone(),
+                        message: format!("placement `{other}`: expected before, after or replace"),
+                    });
+                }
+            };
+            Ok(StageEdit {
+                placement,
+                anchor: s.anchor.clone(),
+                stage: Stage::added(
+                    &s.name,
+                    s.passes.as_deref(),
+                    s.transform.as_deref(),
+                    s.pdl.as_deref(),
+                )?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()
+        .map_err(to_py)?;
+    let dialects = document
+        .dialects
+        .into_iter()
+        .map(|d| Dialect {
+            source: d.source,
+            irdl: d.irdl,
+        })
+        .collect();
+    Ok((stages, dialects))
+}
+
+/// Checks what `fxmlir.config` adds before any compile uses it: the stage edits apply to the
+/// pipeline `pipeline`, each stage's passes parse, its transform script or PDL patterns parse,
+/// and the dialects load. Raises `CompileError` naming the stage or dialect.
+#[pyfunction]
+fn check_extensions(pipeline: &str, extensions: &str) -> PyResult<Vec<String>> {
+    let (stages, dialects) = parse_extensions(Some(extensions))?;
+    guard(|| {
+        let context = crate::context::new_context()?;
+        let _dialects = crate::context::load_dialects(&context, &dialects)?;
+        let stages = crate::pipeline::edited(pipeline, &stages)?;
+        for stage in &stages {
+            crate::pipeline::check_stage(&context, stage)?;
+        }
+        Ok(stages.iter().map(|s| s.name.to_string()).collect())
+    })
+}
+
 /// The target a spec names (see `fxmlir.config.target`), with `threads` unless the spec says
 /// `threads=`.
 fn parse_target(spec: &str, threads: usize) -> PyResult<Target> {
@@ -426,6 +522,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(target_info, m)?)?;
+    m.add_function(wrap_pyfunction!(check_extensions, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     Ok(())
 }

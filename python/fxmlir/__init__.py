@@ -29,6 +29,7 @@ from ._fxmlir import target_info as _target_info
 from .backend import compile_graph, fxmlir_backend
 from .config import config
 from .explain import ExplainReport, explain
+from .stages import Stage, StageEdit
 
 __all__ = [
     "CallError",
@@ -37,6 +38,8 @@ __all__ = [
     "FxmlirError",
     "GraphError",
     "LoweringError",
+    "Stage",
+    "StageEdit",
     "TargetError",
     "UnsupportedOpError",
     "__version__",

@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, inference, interchange, partition, passes, runtime
+from . import _fxmlir, inference, interchange, partition, passes, runtime, stages
 from .config import config
 from .passes import aliasing, hoist
 from .passes import decompositions as written_out
@@ -112,17 +112,11 @@ class GraphCompiler:
     def __init__(
         self,
         gm: torch.fx.GraphModule,
-        pipeline: str,
-        dump_dir: str | None,
-        cache_dir: str | None,
-        target: str = "host",
+        settings: runtime.Settings,
         background: bool = False,
     ):
         self.gm = gm
-        self.pipeline = pipeline
-        self.dump_dir = dump_dir
-        self.cache_dir = cache_dir
-        self.target = target
+        self.settings = settings
         #: The complete spec of the target of the last compile started (see ``_start``).
         self.target_spec = ""
         self.name = _next_name()
@@ -154,17 +148,8 @@ class GraphCompiler:
     ) -> Callable[[], tuple[runtime.CompiledGraph, str]]:
         # The thread count is read here: with OpenMP it is a setting of the calling thread.
         threads = torch.get_num_threads()
-        self.target_spec = _fxmlir.target_info(self.target, threads)["spec"]
-        return runtime.build(
-            plan,
-            self.pipeline,
-            self.dump_dir,
-            self.cache_dir,
-            self.target,
-            threads,
-            background,
-            low_priority,
-        )
+        self.target_spec = _fxmlir.target_info(self.settings.target, threads)["spec"]
+        return runtime.build(plan, self.settings, threads, background, low_priority)
 
     def ready(self) -> None:
         """Waits for the background compile, if one is under way; raises its error (again on
@@ -302,6 +287,18 @@ def _checked_target(spec: str) -> str:
     return spec
 
 
+def _checked_extensions(
+    pipeline: str, edits: list[stages.StageEdit], dialects: list[str]
+) -> str | None:
+    """The stages and dialects ``fxmlir.config`` adds, as the compiles take them, once they
+    apply to ``pipeline``, parse and load; else ``CompileError`` naming the stage or dialect,
+    whatever the fallback mode (like a bad target: a setting to fix)."""
+    added = stages.extensions(edits, dialects)
+    if added is not None:
+        _fxmlir.check_extensions(pipeline, added)
+    return added
+
+
 def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     """A boxed callable for the functional ATen graph ``gm`` whose inputs at positions
     ``static`` are parameters or buffers.
@@ -318,15 +315,20 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         return aliasing.rebuilding(_compile(aliasing.without(gm, aliases), static), aliases)
     strict = config.check_fallback() == "error"
     supported = supported_ops()
-    pipeline, dump_dir, cache_dir = config.pipeline, config.dump_dir, config.cache_dir
-    target = _checked_target(config.target)
+    settings = runtime.Settings(
+        config.pipeline,
+        config.dump_dir,
+        config.cache_dir,
+        _checked_target(config.target),
+        _checked_extensions(config.pipeline, config.stages, config.dialects),
+    )
     background = config.background and not strict
 
     def partitioned() -> Callable:
         split = partition.partition_and_compile(
             gm,
             supported,
-            lambda sub: GraphCompiler(sub, pipeline, dump_dir, cache_dir, target),
+            lambda sub: GraphCompiler(sub, settings),
             strict,
         )
 
@@ -341,12 +343,12 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     compilers: list[GraphCompiler] = []
 
     def compile_whole(main: torch.fx.GraphModule) -> GraphCompiler:
-        compiler = GraphCompiler(main, pipeline, dump_dir, cache_dir, target, background)
+        compiler = GraphCompiler(main, settings, background)
         compilers.append(compiler)
         return compiler
 
     try:
-        whole = passes.run(gm, static, target, config, compile_whole)
+        whole = passes.run(gm, static, settings.target, config, compile_whole)
         if whole is None:
             whole = compile_whole(gm)
             whole._boxed_call = True

@@ -48,6 +48,18 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_TARGET") or "host"
     )
 
+    #: Stages of one's own, placed before, after or instead of fxmlir's (a list of
+    #: ``fxmlir.Stage(...).before/after/replacing(anchor)``; see :mod:`fxmlir.stages`).
+    stages: list = dataclasses.field(default_factory=list)
+
+    #: Dialects defined in IRDL, loaded into every compile: files, or the IRDL text itself
+    #: (``FXMLIR_DIALECTS``: files separated by ``os.pathsep``).
+    dialects: list[str] = dataclasses.field(
+        default_factory=lambda: [
+            p for p in os.environ.get("FXMLIR_DIALECTS", "").split(os.pathsep) if p
+        ]
+    )
+
     #: What happens to ops fxmlir cannot compile: ``"eager"`` runs them in PyTorch between
     #: compiled partitions, ``"error"`` raises ``UnsupportedOpError`` naming them
     #: (``FXMLIR_FALLBACK``).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import logging
 import operator
@@ -203,22 +204,32 @@ def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     raise CallError(f"output `{ref['node']}` has no metadata")
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How graphs compile, read from ``fxmlir.config`` once per Dynamo graph: the named
+    pipeline, the dump and cache directories, the target spec, and the stages and dialects
+    added (:func:`fxmlir.stages.extensions`' JSON, or ``None``)."""
+
+    pipeline: str = "default"
+    dump_dir: str | None = None
+    cache_dir: str | None = None
+    target: str = "host"
+    extensions: str | None = None
+
+
 def build(
     plan: Plan,
-    pipeline: str,
-    dump_dir: str | None,
-    cache_dir: str | None,
-    target: str,
+    settings: Settings,
     threads: int,
     background: bool = False,
     low_priority: bool = False,
 ) -> Callable[[], tuple[CompiledGraph, str]]:
-    """Starts the compile of an exported plan (unless it needs no kernel) for the CPU
-    ``target`` names (see ``config.target``), whose large loops split into ``threads`` chunks
-    (torch's intra-op thread count) unless the target says ``threads=``. Returns a function giving
+    """Starts the compile of an exported plan (unless it needs no kernel) with ``settings``,
+    for the CPU its target names, whose large loops split into ``threads`` chunks (torch's
+    intra-op thread count) unless the target says ``threads=``. Returns a function giving
     the graph wrapped for calling and where its kernel came from: ``"compiled"``,
     ``"memory"`` (an identical graph compiled earlier in this process) or ``"disk"`` (the
-    compile cache under ``cache_dir``). The compile runs before this returns, or with
+    compile cache under ``settings.cache_dir``). The compile runs before this returns, or with
     ``background`` on a thread of its own, which that function waits for (and whose error it
     raises, on every call); ``low_priority`` runs that thread at the lowest scheduling
     priority. Identity ignores the graph's name, node names and source lines;
@@ -226,9 +237,17 @@ def build(
     if not plan.document["outputs"]:
         return lambda: (CompiledGraph(plan, None), "compiled")
     # Compact unless it is dumped: the text is serialised even when the kernel is reused.
-    text = plan.to_json(indent=1 if dump_dir else None)
+    text = plan.to_json(indent=1 if settings.dump_dir else None)
     job = _fxmlir.compile(
-        text, pipeline, dump_dir, cache_dir or None, target, threads, background, low_priority
+        text,
+        settings.pipeline,
+        settings.dump_dir,
+        settings.cache_dir or None,
+        settings.target,
+        threads,
+        background,
+        low_priority,
+        settings.extensions,
     )
     if not background:
         return functools.partial(_wrap, plan, job.wait())

@@ -5,6 +5,7 @@ tensor: right values, dtype and layout, independent of later calls, usable by au
 import fxmlir
 import pytest
 import torch
+from fxmlir import runtime
 from fxmlir.backend import GraphCompiler
 from fxmlir.runtime import POOLED_OUTPUT_BYTES
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -118,7 +119,7 @@ def test_autograd_through_large_outputs():
 
 def test_output_buffers_nobody_takes_are_released():
     gm = make_fx(lambda x: x + 1.0)(torch.randn(LARGE))
-    kernel = GraphCompiler(gm, "default", None, None).static.kernel
+    kernel = GraphCompiler(gm, runtime.Settings()).static.kernel
     address = torch.from_dlpack(kernel.output_buffer(0)).data_ptr()
     # Dropped without a consumer: the capsule's destructor gives the block back.
     kernel.output_buffer(0)

@@ -44,6 +44,14 @@ struct Cli {
     /// `threads=`).
     #[arg(long)]
     threads: Option<usize>,
+    /// Add a stage to the named pipeline: `PLACEMENT:ANCHOR:NAME:KIND=VALUE`, e.g.
+    /// `after:fusion:cse:passes=builtin.module(cse)`, `before:llvm:mine:pdl=patterns.mlir`,
+    /// `replace:parallel:tile:transform=script.mlir`. Repeatable; applied in order.
+    #[arg(long = "add-stage")]
+    add_stage: Vec<String>,
+    /// Load a dialect defined in IRDL before parsing the input. Repeatable.
+    #[arg(long = "irdl-file")]
+    irdl_file: Vec<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -115,6 +123,12 @@ fn target(cli: &Cli, module: Option<&Module>) -> Result<Target> {
 
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context()?;
+    let dialects = cli
+        .irdl_file
+        .iter()
+        .map(|path| fxmlir::context::Dialect::from_file(path))
+        .collect::<fxmlir::Result<Vec<_>>>()?;
+    let _dialects = fxmlir::context::load_dialects(&context, &dialects)?;
     let mut module = if cli.import {
         // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
         // blanked rather than dropped so that parse errors report the file's own lines.
@@ -140,10 +154,15 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
     };
     if let Some(name) = &cli.pipeline {
         let target = target(cli, Some(&module))?;
+        let edits = cli
+            .add_stage
+            .iter()
+            .map(|spec| pipeline::StageEdit::parse(spec))
+            .collect::<fxmlir::Result<Vec<_>>>()?;
         let ran = pipeline::run_stages(
             &context,
             &mut module,
-            pipeline::named(name)?,
+            &pipeline::edited(name, &edits)?,
             None,
             1,
             &target,

@@ -75,6 +75,13 @@ struct CompileArgs {
     /// Threads the kernel splits its large loops across (unless the target says `threads=`).
     #[arg(long)]
     threads: Option<usize>,
+    /// Add a stage to the pipeline: `PLACEMENT:ANCHOR:NAME:KIND=VALUE` (see
+    /// `fxmlir-opt --help`). Repeatable; applied in order.
+    #[arg(long = "add-stage")]
+    add_stage: Vec<String>,
+    /// Load a dialect defined in IRDL into the compile. Repeatable.
+    #[arg(long = "irdl-file")]
+    irdl_file: Vec<PathBuf>,
 }
 
 impl CompileArgs {
@@ -88,6 +95,16 @@ impl CompileArgs {
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
             target: cli_target(self.target.as_deref(), self.threads)?,
+            stages: self
+                .add_stage
+                .iter()
+                .map(|spec| fxmlir::pipeline::StageEdit::parse(spec))
+                .collect::<fxmlir::Result<_>>()?,
+            dialects: self
+                .irdl_file
+                .iter()
+                .map(|path| fxmlir::context::Dialect::from_file(path))
+                .collect::<fxmlir::Result<_>>()?,
         })
     }
 }

@@ -10,12 +10,14 @@ pub mod ir;
 pub mod outline;
 pub mod pairs;
 pub mod parallel;
+pub mod patterns;
 pub mod regions;
 pub mod schedule;
 pub mod transform;
 pub mod vmath;
 pub mod windows;
 
+pub use crate::context::Diagnostics;
 use crate::dumps::Dumps;
 use crate::error::{Error, Result};
 use crate::target::Target;
@@ -24,21 +26,22 @@ use melior::{
     ir::{Module, operation::OperationLike},
     pass::PassManager,
 };
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-/// One stage: a name (used in dump file names and timings), a pass pipeline, and the Rust that
-/// runs around it.
-#[derive(Debug, Clone, Copy)]
+/// One stage: a name (used in dump file names and timings), a pass pipeline, and the work
+/// that runs around it. The built-in stages are constants; the stages a user adds
+/// ([`StageEdit`]) own their text.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stage {
-    pub name: &'static str,
-    pub pipeline: &'static str,
+    pub name: Cow<'static, str>,
+    pub pipeline: Cow<'static, str>,
     pub hook: Hook,
 }
 
-/// Rust work around a stage's passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The work around a stage's passes: fxmlir's own (Rust), or what an added stage brings as
+/// IR: a transform script or a set of PDL patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hook {
     /// Passes only.
     None,
@@ -62,34 +65,54 @@ pub enum Hook {
     /// marked for LLVM's full unrolling; then [`vmath::call_libmvec`]: math on vectors calls
     /// libmvec's vector functions.
     Windows,
+    /// A transform script (a module whose `transform.named_sequence @__transform_main` the
+    /// stage's `transform-interpreter` runs), appended before the passes and erased after
+    /// them; dumped with the module as `NN-<stage>.transform.mlir`.
+    Transform(Cow<'static, str>),
+    /// A PDL pattern module, applied greedily to the whole module before the passes
+    /// ([`patterns::apply`]).
+    Patterns(Cow<'static, str>),
 }
 
 impl Hook {
     /// Whether the hook appends a transform script (dumped as the stage's
     /// `NN-<stage>.transform.mlir`).
-    pub fn has_script(self) -> bool {
-        matches!(self, Hook::Schedule | Hook::Parallel)
+    pub fn has_script(&self) -> bool {
+        matches!(self, Hook::Schedule | Hook::Parallel | Hook::Transform(_))
     }
 
-    /// Whether the hook changes the module before the passes; such a stage is an
-    /// optimisation, skipped rather than failed when the hook or its passes fail.
-    fn prepares(self) -> bool {
+    /// Whether the stage is one of fxmlir's optimisations that change the module before the
+    /// passes, skipped rather than failed when the hook or its passes fail. An added stage's
+    /// failure is an error naming it.
+    fn optional(&self) -> bool {
         matches!(self, Hook::Schedule | Hook::Parallel | Hook::Outline)
     }
 
-    /// Appends the stage's transform script, or outlines; returns how many ops it transforms.
-    fn attach(self, context: &Context, module: &mut Module, target: &Target) -> Result<usize> {
+    /// The work before the passes: appends a transform script (fxmlir's or the stage's own),
+    /// outlines, or applies PDL patterns; returns how many ops it transforms.
+    fn attach(
+        &self,
+        context: &Context,
+        module: &mut Module,
+        target: &Target,
+        stage: &str,
+    ) -> Result<usize> {
         match self {
             Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
             Hook::Outline => outline::outline(context, module),
+            Hook::Transform(script) => {
+                transform::append_script(context, module, script, stage)?;
+                Ok(0)
+            }
+            Hook::Patterns(pdl) => patterns::apply(context, module, pdl, stage),
         }
     }
 
     /// The hook's work after the passes succeeded: erases what [`Hook::attach`] added for them
     /// (the transform script and its tags), or marks `noalias` or window loops.
-    fn finish(self, context: &Context, module: &mut Module, target: &Target) -> Result<()> {
+    fn finish(&self, context: &Context, module: &mut Module, target: &Target) -> Result<()> {
         match self {
             Hook::Schedule => {
                 transform::detach(module, &[schedule::CONTRACTION_TAG, schedule::EPILOGUE_TAG]);
@@ -97,6 +120,7 @@ impl Hook {
                 tracing::debug!(reads = flattened, "reads of bf16 pairs flattened");
             }
             Hook::Parallel => transform::detach(module, &[parallel::TAG]),
+            Hook::Transform(_) => transform::detach(module, &[]),
             Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
                 let narrowed = regions::narrow(module)?;
@@ -117,7 +141,7 @@ impl Hook {
                     "window loops marked for full unrolling, vector math made libmvec calls"
                 );
             }
-            Hook::None | Hook::Outline => {}
+            Hook::None | Hook::Outline | Hook::Patterns(_) => {}
         }
         Ok(())
     }
@@ -130,24 +154,28 @@ impl Hook {
 /// the one output buffer and one-shot analysis misses the conflict, so one reduction would
 /// start from the other's result.
 const FUSION: Stage = Stage {
-    name: "fusion",
-    pipeline: "builtin.module(func.func(linalg-fuse-elementwise-ops),eliminate-empty-tensors,canonicalize,cse)",
+    name: Cow::Borrowed("fusion"),
+    pipeline: Cow::Borrowed(
+        "builtin.module(func.func(linalg-fuse-elementwise-ops),eliminate-empty-tensors,canonicalize,cse)",
+    ),
     hook: Hook::None,
 };
 
 /// Tile and vectorise matrix products with the transform schedule [`schedule::attach`]
 /// generates; canonicalize drops the untiled originals. No CSE here: see [`FUSION`].
 const SCHEDULE: Stage = Stage {
-    name: "schedule",
-    pipeline: "builtin.module(transform-interpreter,inline{default-pipeline=},canonicalize)",
+    name: Cow::Borrowed("schedule"),
+    pipeline: Cow::Borrowed(
+        "builtin.module(transform-interpreter,inline{default-pipeline=},canonicalize)",
+    ),
     hook: Hook::Schedule,
 };
 
 /// Split each large top-level structured op into one chunk per thread with the transform
 /// script [`parallel::attach`] generates (`scf.forall` loops, which `loops` hands to OpenMP).
 const PARALLEL: Stage = Stage {
-    name: "parallel",
-    pipeline: "builtin.module(transform-interpreter,canonicalize,cse)",
+    name: Cow::Borrowed("parallel"),
+    pipeline: Cow::Borrowed("builtin.module(transform-interpreter,canonicalize,cse)"),
     hook: Hook::Parallel,
 };
 
@@ -156,8 +184,10 @@ const PARALLEL: Stage = Stage {
 /// writes its result into an argument (a pairs product the schedule left a call) stops
 /// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer.
 const BUFFERIZE: Stage = Stage {
-    name: "bufferize",
-    pipeline: "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+    name: Cow::Borrowed("bufferize"),
+    pipeline: Cow::Borrowed(
+        "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+    ),
     hook: Hook::None,
 };
 
@@ -166,8 +196,10 @@ const BUFFERIZE: Stage = Stage {
 /// thread chunks of the `parallel` stage become OpenMP worksharing loops (canonicalize then
 /// inlines the `memref.alloca_scope` that conversion wraps their bodies in).
 const LOOPS: Stage = Stage {
-    name: "loops",
-    pipeline: "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize)",
+    name: Cow::Borrowed("loops"),
+    pipeline: Cow::Borrowed(
+        "builtin.module(func.func(scf-forall-to-parallel,convert-vector-to-scf{full-unroll=1},convert-linalg-to-loops),convert-scf-to-openmp,canonicalize)",
+    ),
     hook: Hook::Windows,
 };
 
@@ -176,8 +208,8 @@ const LOOPS: Stage = Stage {
 /// before [`LOOPS`], so that a model's repeated layers are lowered to loops once: on BERT that
 /// halved the `loops` stage, for the same LLVM IR.
 const OUTLINE: Stage = Stage {
-    name: "outline",
-    pipeline: "builtin.module(duplicate-function-elimination)",
+    name: Cow::Borrowed("outline"),
+    pipeline: Cow::Borrowed("builtin.module(duplicate-function-elimination)"),
     hook: Hook::Outline,
 };
 
@@ -192,8 +224,10 @@ const OUTLINE: Stage = Stage {
 /// reconciliation than with `convert-openmp-to-llvm` after it, 0.4% fewer instructions for the
 /// whole compile (mobilenet, resnet18, transformer block, MLP).
 const LLVM: Stage = Stage {
-    name: "llvm",
-    pipeline: "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct enable-x86vector},convert-to-llvm{filter-dialects=memref,arith,index,cf,func,ub,omp},reconcile-unrealized-casts)",
+    name: Cow::Borrowed("llvm"),
+    pipeline: Cow::Borrowed(
+        "builtin.module(expand-strided-metadata,lower-affine,convert-scf-to-cf,canonicalize,cse,convert-math-to-funcs,convert-math-to-llvm{approximate-log1p=false},convert-math-to-libm,convert-vector-to-llvm{vector-contract-lowering=outerproduct enable-x86vector},convert-to-llvm{filter-dialects=memref,arith,index,cf,func,ub,omp},reconcile-unrealized-casts)",
+    ),
     hook: Hook::Llvm,
 };
 
@@ -216,11 +250,11 @@ pub const PIPELINES: &[(&str, &[Stage])] = &[
     ("to-llvm", &[BUFFERIZE, OUTLINE, LOOPS, LLVM]),
 ];
 
-pub fn named(name: &str) -> Result<&'static [Stage]> {
+pub fn named(name: &str) -> Result<Vec<Stage>> {
     PIPELINES
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(_, stages)| *stages)
+        .map(|(_, stages)| stages.to_vec())
         .ok_or_else(|| Error::PassPipeline {
             pipeline: name.to_string(),
             message: format!(
@@ -234,45 +268,194 @@ pub fn named(name: &str) -> Result<&'static [Stage]> {
         })
 }
 
-/// Collects the context's diagnostics while it is alive.
-pub struct Diagnostics<'c> {
-    context: &'c Context,
-    id: Option<melior::diagnostic::DiagnosticHandlerId>,
-    messages: Rc<RefCell<Vec<String>>>,
+/// Where an added stage goes, relative to its anchor stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    Before,
+    After,
+    Replace,
 }
 
-impl<'c> Diagnostics<'c> {
-    pub fn capture(context: &'c Context) -> Self {
-        let messages = Rc::new(RefCell::new(Vec::new()));
-        let sink = messages.clone();
-        let id = context.attach_diagnostic_handler(move |d| {
-            let mut text = format!("{}: {}", d.location(), d);
-            for i in 0..d.note_count() {
-                if let Ok(note) = d.note(i) {
-                    text.push_str(&format!("\n  note: {}: {}", note.location(), note));
-                }
+/// A change to a pipeline's stages: `stage` before, after or instead of the stage named
+/// `anchor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageEdit {
+    pub placement: Placement,
+    pub anchor: String,
+    pub stage: Stage,
+}
+
+impl Stage {
+    /// A stage of one's own: `passes` (a textual pass pipeline), after a transform script or
+    /// PDL patterns if one is given. Without `passes`, a transform stage runs
+    /// `transform-interpreter` and a pattern stage nothing more.
+    pub fn added(
+        name: &str,
+        passes: Option<&str>,
+        transform: Option<&str>,
+        pdl: Option<&str>,
+    ) -> Result<Stage> {
+        let invalid = |message: &str| Error::PassPipeline {
+            pipeline: name.to_string(),
+            message: message.to_string(),
+        };
+        let (hook, default) = match (transform, pdl) {
+            (Some(script), None) => (
+                Hook::Transform(Cow::Owned(script.to_string())),
+                Some("builtin.module(transform-interpreter)"),
+            ),
+            (None, Some(patterns)) => (
+                Hook::Patterns(Cow::Owned(patterns.to_string())),
+                Some("builtin.module()"),
+            ),
+            (None, None) => (Hook::None, None),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "a stage runs a transform script or PDL patterns, not both",
+                ));
             }
-            sink.borrow_mut().push(text);
-            true
-        });
-        Diagnostics {
-            context,
-            id: Some(id),
-            messages,
-        }
-    }
-
-    pub fn take(&self) -> String {
-        std::mem::take(&mut *self.messages.borrow_mut()).join("\n")
+        };
+        let pipeline = passes
+            .or(default)
+            .ok_or_else(|| invalid("a stage needs passes, a transform script or PDL patterns"))?;
+        Ok(Stage {
+            name: Cow::Owned(name.to_string()),
+            pipeline: Cow::Owned(pipeline.to_string()),
+            hook,
+        })
     }
 }
 
-impl Drop for Diagnostics<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.context.detach_diagnostic_handler(id);
+impl StageEdit {
+    /// The edit a command line spells `PLACEMENT:ANCHOR:NAME:KIND=VALUE`, with `before`,
+    /// `after` or `replace`, and `passes=<pipeline>`, `transform=<file>` or `pdl=<file>`:
+    /// `after:fusion:cse:passes=builtin.module(cse)`.
+    pub fn parse(spec: &str) -> Result<StageEdit> {
+        let invalid = |message: String| Error::PassPipeline {
+            pipeline: spec.to_string(),
+            message,
+        };
+        let mut parts = spec.splitn(4, ':');
+        let (Some(placement), Some(anchor), Some(name), Some(body)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(invalid(
+                "expected PLACEMENT:ANCHOR:NAME:KIND=VALUE".to_string(),
+            ));
+        };
+        let placement = match placement {
+            "before" => Placement::Before,
+            "after" => Placement::After,
+            "replace" => Placement::Replace,
+            other => {
+                return Err(invalid(format!(
+                    "placement `{other}`: expected before, after or replace"
+                )));
+            }
+        };
+        let read =
+            |path: &str| std::fs::read_to_string(path).map_err(|e| Error::io(path.to_string(), e));
+        let stage = match body.split_once('=') {
+            Some(("passes", passes)) => Stage::added(name, Some(passes), None, None)?,
+            Some(("transform", path)) => Stage::added(name, None, Some(&read(path)?), None)?,
+            Some(("pdl", path)) => Stage::added(name, None, None, Some(&read(path)?))?,
+            _ => {
+                return Err(invalid(format!(
+                    "`{body}`: expected passes=<pipeline>, transform=<file> or pdl=<file>"
+                )));
+            }
+        };
+        Ok(StageEdit {
+            placement,
+            anchor: anchor.to_string(),
+            stage,
+        })
+    }
+}
+
+/// Checks a stage without running it: its passes parse, and its transform script or PDL
+/// patterns parse in `context`. Errors name the stage.
+pub fn check_stage(context: &Context, stage: &Stage) -> Result<()> {
+    crate::context::register_passes();
+    let pm = PassManager::new(context);
+    melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), &stage.pipeline)
+        .map_err(|e| Error::stage(stage.name.as_ref(), format!("its passes: {e}")))?;
+    match &stage.hook {
+        Hook::Patterns(pdl) => patterns::parse(context, pdl, &stage.name).map(|_| ()),
+        Hook::Transform(script) => {
+            let diagnostics = Diagnostics::capture(context);
+            Module::parse(context, script)
+                .filter(|m| m.as_operation().verify())
+                .map(|_| ())
+                .ok_or_else(|| {
+                    Error::stage(
+                        stage.name.as_ref(),
+                        format!(
+                            "its transform script does not parse or verify:\n{}",
+                            diagnostics.take()
+                        ),
+                    )
+                })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `name` can name a stage: letters, digits, `-` and `_` (it names dump files).
+fn valid_stage_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The stages of the pipeline `name` with `edits` applied in order. An anchor no stage has,
+/// a name that is not a file name, or a name two stages share is an error naming it.
+pub fn edited(name: &str, edits: &[StageEdit]) -> Result<Vec<Stage>> {
+    let mut stages = named(name)?;
+    let invalid = |message: String| Error::PassPipeline {
+        pipeline: name.to_string(),
+        message,
+    };
+    for edit in edits {
+        if !valid_stage_name(&edit.stage.name) {
+            return Err(invalid(format!(
+                "stage name `{}`: use letters, digits, `-` and `_`",
+                edit.stage.name
+            )));
+        }
+        let at = stages
+            .iter()
+            .position(|s| s.name == edit.anchor)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "no stage `{}` to put `{}` {}; stages: {}",
+                    edit.anchor,
+                    edit.stage.name,
+                    match edit.placement {
+                        Placement::Before => "before",
+                        Placement::After => "after",
+                        Placement::Replace => "in place of",
+                    },
+                    stages
+                        .iter()
+                        .map(|s| s.name.as_ref())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        match edit.placement {
+            Placement::Before => stages.insert(at, edit.stage.clone()),
+            Placement::After => stages.insert(at + 1, edit.stage.clone()),
+            Placement::Replace => stages[at] = edit.stage.clone(),
+        }
+        let mut names: Vec<&str> = stages.iter().map(|s| s.name.as_ref()).collect();
+        names.sort_unstable();
+        if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(invalid(format!("two stages are named `{}`", pair[0])));
         }
     }
+    Ok(stages)
 }
 
 /// Prints a module with debug locations, so that stock `mlir-opt` reads back the node names.
@@ -348,7 +531,7 @@ pub fn run_stages<'c>(
 ) -> Result<Ran> {
     let mut ran = Ran::default();
     for (i, stage) in stages.iter().enumerate() {
-        let span = tracing::debug_span!("stage", name = stage.name);
+        let span = tracing::debug_span!("stage", name = stage.name.as_ref());
         let _guard = span.enter();
         let number = first + i;
         let start = Instant::now();
@@ -359,18 +542,23 @@ pub fn run_stages<'c>(
         // The stage's input before the hook, to fall back on should the hook or the passes
         // fail.
         let mut original = None;
-        if stage.hook.prepares() {
+        if !stage.hook.optional() {
+            stage
+                .hook
+                .attach(context, module, target, &stage.name)
+                .map_err(|e| e.in_stage(stage.name.as_ref()))?;
+        } else {
             let copy = melior::ir::Operation::clone(&module.as_operation());
             let diagnostics = Diagnostics::capture(context);
             let attached = stage
                 .hook
-                .attach(context, module, target)
+                .attach(context, module, target, &stage.name)
                 .and_then(|count| {
                     if module.as_operation().verify() {
                         Ok(count)
                     } else {
                         Err(Error::stage(
-                            stage.name,
+                            stage.name.as_ref(),
                             format!("the hook left invalid IR:\n{}", diagnostics.take()),
                         ))
                     }
@@ -378,7 +566,7 @@ pub fn run_stages<'c>(
             drop(diagnostics);
             match attached {
                 Ok(count) => {
-                    tracing::debug!(stage = stage.name, ops = count, "hook ran");
+                    tracing::debug!(stage = stage.name.as_ref(), ops = count, "hook ran");
                     original = Some(copy);
                 }
                 Err(e) => {
@@ -386,7 +574,7 @@ pub fn run_stages<'c>(
                         "the {} stage was skipped (the kernel is correct but slower): its transform script or outlining failed: {e}",
                         stage.name
                     );
-                    tracing::warn!(stage = stage.name, "{message}");
+                    tracing::warn!(stage = stage.name.as_ref(), "{message}");
                     ran.skipped.push(message);
                     *module = restore(copy, stage)?;
                     skip = true;
@@ -405,11 +593,11 @@ pub fn run_stages<'c>(
         let result = if skip {
             Ok(())
         } else {
-            run_pipeline_text(context, module, stage.pipeline)
+            run_pipeline_text(context, module, &stage.pipeline)
         };
-        match (result, stage.hook) {
+        match (result, &stage.hook) {
             (Ok(()), hook) => hook.finish(context, module, target)?,
-            (Err(Error::Pipeline { diagnostics, .. }), hook) if !hook.prepares() => {
+            (Err(Error::Pipeline { diagnostics, .. }), hook) if !hook.optional() => {
                 let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
                 return Err(Error::Pipeline {
                     stage: stage.name.to_string(),
@@ -425,7 +613,7 @@ pub fn run_stages<'c>(
                     "the {} stage was skipped (the kernel is correct but slower): its passes failed:\n{diagnostics}{reproducer}",
                     stage.name
                 );
-                tracing::warn!(stage = stage.name, "{message}");
+                tracing::warn!(stage = stage.name.as_ref(), "{message}");
                 ran.skipped.push(message);
                 *module = restore(original.unwrap_or(before), stage)?;
             }
@@ -433,7 +621,7 @@ pub fn run_stages<'c>(
         }
         let elapsed = start.elapsed();
         tracing::debug!(
-            stage = stage.name,
+            stage = stage.name.as_ref(),
             ms = elapsed.as_secs_f64() * 1e3,
             "stage done"
         );
@@ -456,8 +644,12 @@ pub fn transform_dump_suffix(number: usize, stage: &Stage) -> String {
 
 /// A module from a copy kept to fall back on after `stage` failed.
 fn restore<'c>(copy: melior::ir::Operation<'c>, stage: &Stage) -> Result<Module<'c>> {
-    Module::from_operation(copy)
-        .ok_or_else(|| Error::stage(stage.name, "cannot restore the stage input after a failure"))
+    Module::from_operation(copy).ok_or_else(|| {
+        Error::stage(
+            stage.name.as_ref(),
+            "cannot restore the stage input after a failure",
+        )
+    })
 }
 
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.
@@ -507,8 +699,8 @@ mod tests {
         let input = print_module(&module);
         // The interpreter fails: the module has no such entry point.
         let failing = Stage {
-            name: "failing",
-            pipeline: "builtin.module(transform-interpreter{entry-point=missing})",
+            name: Cow::Borrowed("failing"),
+            pipeline: Cow::Borrowed("builtin.module(transform-interpreter{entry-point=missing})"),
             hook: Hook::Outline,
         };
         let target = Target::parse("x86-64-v3").unwrap();
@@ -523,5 +715,43 @@ mod tests {
         );
         assert!(module.as_operation().verify());
         assert_eq!(print_module(&module), input);
+    }
+
+    /// Edits apply in order, relative to the stages as they stand; their mistakes name them.
+    #[test]
+    fn edits_place_stages_by_name() {
+        let stage =
+            |name: &str| Stage::added(name, Some("builtin.module(cse)"), None, None).unwrap();
+        let edit = |placement, anchor: &str, name: &str| StageEdit {
+            placement,
+            anchor: anchor.to_string(),
+            stage: stage(name),
+        };
+        let names = |edits: &[StageEdit]| -> Vec<String> {
+            edited("to-llvm", edits)
+                .unwrap()
+                .iter()
+                .map(|s| s.name.to_string())
+                .collect()
+        };
+        assert_eq!(
+            names(&[
+                edit(Placement::Before, "bufferize", "a"),
+                edit(Placement::After, "a", "b"),
+                edit(Placement::Replace, "outline", "c"),
+            ]),
+            ["a", "b", "bufferize", "c", "loops", "llvm"]
+        );
+        let error = |edits: &[StageEdit]| edited("to-llvm", edits).unwrap_err().to_string();
+        assert!(error(&[edit(Placement::After, "fusion", "a")]).contains("no stage `fusion`"));
+        assert!(
+            error(&[edit(Placement::After, "llvm", "loops")])
+                .contains("two stages are named `loops`")
+        );
+        let parsed = StageEdit::parse("replace:llvm:mine:passes=builtin.module(a:b)").unwrap();
+        assert_eq!(parsed.placement, Placement::Replace);
+        assert_eq!(parsed.stage.pipeline, "builtin.module(a:b)");
+        assert!(StageEdit::parse("after:llvm").is_err());
+        assert!(Stage::added("x", None, None, None).is_err());
     }
 }

@@ -178,6 +178,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The SHA-256 of `bytes` in hex: how the key names texts too long to list (an added stage's
+/// script, a dialect).
+pub fn hex_digest(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 /// Kernels compiled or loaded by this process.
 static MEMORY: LazyLock<Mutex<HashMap<String, Arc<Kernel>>>> = LazyLock::new(Default::default);
 

@@ -5,11 +5,12 @@
 pub mod cache;
 pub mod dlpack;
 
+use crate::context::Dialect;
 use crate::dumps::Dumps;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
-use crate::pipeline;
+use crate::pipeline::{self, Hook, StageEdit};
 use crate::target::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,10 @@ pub struct Options {
     /// The CPU to compile for, with the threads the kernel splits its large loops across
     /// (torch's intra-op thread count for the backend).
     pub target: Target,
+    /// Stages added to, or replacing stages of, the pipeline, in order.
+    pub stages: Vec<StageEdit>,
+    /// IRDL dialects loaded into the compile's context before lowering.
+    pub dialects: Vec<Dialect>,
 }
 
 impl Options {
@@ -38,6 +43,8 @@ impl Options {
             dump_dir: None,
             cache_dir: None,
             target,
+            stages: Vec::new(),
+            dialects: Vec::new(),
         }
     }
 
@@ -50,8 +57,34 @@ impl Options {
             dump_dir: _,
             cache_dir: _,
             target,
+            stages,
+            dialects,
         } = self;
-        format!("pipeline={pipeline:?} target={}", target.describe())
+        let digest = |text: &str| cache::hex_digest(text.as_bytes());
+        let stages: Vec<String> = stages
+            .iter()
+            .map(|edit| {
+                let hook = match &edit.stage.hook {
+                    Hook::Transform(script) => format!(" transform:{}", digest(script)),
+                    Hook::Patterns(pdl) => format!(" pdl:{}", digest(pdl)),
+                    hook => format!(" {hook:?}"),
+                };
+                format!(
+                    "{:?}:{}:{}:{}{hook}",
+                    edit.placement,
+                    edit.anchor,
+                    edit.stage.name,
+                    digest(&edit.stage.pipeline)
+                )
+            })
+            .collect();
+        let dialects: Vec<String> = dialects.iter().map(|d| digest(&d.irdl)).collect();
+        format!(
+            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}]",
+            target.describe(),
+            stages.join(" "),
+            dialects.join(" ")
+        )
     }
 }
 
@@ -203,11 +236,13 @@ pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Bui
     if let (Some(d), Some(text)) = (&dumps, json) {
         dumped.push(d.write("fx.json", text)?);
     }
-    let stages = pipeline::named(&options.pipeline)?;
+    let stages = pipeline::edited(&options.pipeline, &options.stages)?;
     let mut timings = Timings::new();
 
     let start = Instant::now();
     let context = crate::context::new_context()?;
+    // Alive as long as the context, which refers to the dialects they define.
+    let _dialects = crate::context::load_dialects(&context, &options.dialects)?;
     timings.push(("context".to_string(), start.elapsed()));
 
     let start = Instant::now();
@@ -224,7 +259,7 @@ pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Bui
     let ran = pipeline::run_stages(
         &context,
         &mut module,
-        stages,
+        &stages,
         dumps.as_ref(),
         1,
         &options.target,

@@ -1,0 +1,5 @@
+irdl.dialect @broken {
+  irdl.operation @op {
+    irdl.operands(input: %undefined)
+  }
+}

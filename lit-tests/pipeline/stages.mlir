@@ -1,0 +1,54 @@
+// RUN: fxmlir-opt --pipeline fusion --add-stage 'after:fusion:sine:pdl=%S/Inputs/tanh_to_sin.pdl.mlir' %s \
+// RUN:   | FileCheck %s --check-prefix=PDL --implicit-check-not=math.tanh
+// RUN: fxmlir-opt --pipeline fusion --add-stage 'before:fusion:generalize:transform=%S/Inputs/generalize.transform.mlir' %s \
+// RUN:   | FileCheck %s --check-prefix=TRANSFORM --implicit-check-not=linalg.matmul --implicit-check-not=transform.
+// RUN: fxmlir-opt --pipeline fusion --add-stage 'replace:fusion:cse:passes=builtin.module(cse)' %s \
+// RUN:   | FileCheck %s --check-prefix=REPLACED
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:tiling:x:passes=builtin.module(cse)' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=ANCHOR
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:fusion:bad:pdl=%S/Inputs/generalize.transform.mlir' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BAD-PDL
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:fusion:bad:passes=builtin.module(no-such-pass)' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BAD-PASSES
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:fusion:dumps/x:passes=builtin.module(cse)' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BAD-NAME
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'beside:fusion:x:passes=builtin.module(cse)' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BAD-PLACEMENT
+
+// Stages of one's own go before, after or in place of a named stage: a textual pass
+// pipeline, a transform script (appended, interpreted, erased), or PDL patterns (applied
+// greedily to the whole module). Mistakes are errors naming the stage.
+
+// PDL:       func.func @product_then_tanh(
+// PDL:         linalg.matmul
+// PDL:         math.sin
+
+// TRANSFORM:       func.func @product_then_tanh(
+// TRANSFORM:         linalg.generic
+// TRANSFORM:           arith.mulf
+// TRANSFORM:           arith.addf
+// TRANSFORM:         math.tanh
+
+// With fusion replaced, the elementwise op stays a generic of its own after the product.
+// REPLACED:       linalg.matmul
+// REPLACED-NEXT:  linalg.generic
+
+// ANCHOR: error: invalid pass pipeline `fusion`: no stage `tiling` to put `x` after; stages: fusion
+// BAD-PDL: pipeline stage `bad` failed:
+// BAD-PDL: the stage's PDL patterns
+// BAD-PASSES: error: invalid pass pipeline `builtin.module(no-such-pass)`
+// BAD-NAME: error: invalid pass pipeline `fusion`: stage name `dumps/x`: use letters, digits, `-` and `_`
+// BAD-PLACEMENT: placement `beside`: expected before, after or replace
+
+func.func @product_then_tanh(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) -> tensor<8x32xf32> {
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<8x32xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %p = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x32xf32>) outs(%init : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %t = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%p : tensor<8x32xf32>) outs(%empty : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %y = math.tanh %in : f32
+    linalg.yield %y : f32
+  } -> tensor<8x32xf32>
+  return %t : tensor<8x32xf32>
+}

@@ -1,0 +1,94 @@
+"""Stages of one's own in fxmlir's pipeline, and dialects defined in IRDL.
+
+A :class:`Stage` runs a textual pass pipeline, a transform script or a set of PDL patterns;
+placed before, after or instead of one of fxmlir's stages (``fxmlir-opt --list-pipelines``
+names them), it runs on every compile while it is in ``fxmlir.config.stages``::
+
+    cse = fxmlir.Stage("my-cse", passes="builtin.module(cse)")
+    fxmlir.config.stages = [cse.after("fusion")]
+
+Its dump is ``<graph>.NN-my-cse.mlir``; a mistake in it (an anchor no stage has, a script
+that does not parse) raises ``CompileError`` naming the stage before anything compiles, and a
+stage that fails while compiling fails the compile like any of fxmlir's own.
+``fxmlir.config.dialects`` lists dialects defined in IRDL (files, or the text itself), loaded
+into every compile, so that a stage's or a lowering's ops in them verify and print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A stage: ``passes`` (a textual pass pipeline), after a ``transform`` script (a module
+    whose ``transform.named_sequence @__transform_main`` runs, then is erased) or ``pdl``
+    patterns (a module of ``pdl.pattern``\\ s applied greedily to the whole module). Without
+    ``passes``, a transform stage runs ``transform-interpreter`` and a pattern stage nothing
+    more. ``name`` names its dumps: letters, digits, ``-`` and ``_``."""
+
+    name: str
+    passes: str | None = None
+    transform: str | None = None
+    pdl: str | None = None
+
+    def before(self, anchor: str) -> StageEdit:
+        """This stage, placed before the stage named ``anchor``."""
+        return StageEdit("before", anchor, self)
+
+    def after(self, anchor: str) -> StageEdit:
+        """This stage, placed after the stage named ``anchor``."""
+        return StageEdit("after", anchor, self)
+
+    def replacing(self, anchor: str) -> StageEdit:
+        """This stage, in place of the stage named ``anchor``."""
+        return StageEdit("replace", anchor, self)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageEdit:
+    """A change to the pipeline: ``stage`` ``placement`` (``"before"``, ``"after"`` or
+    ``"replace"``) the stage named ``anchor``. Edits apply in order."""
+
+    placement: str
+    anchor: str
+    stage: Stage
+
+
+def _dialect(entry: str) -> dict[str, str]:
+    """A dialect of ``config.dialects``: a file holding IRDL, or the IRDL text itself."""
+    if os.path.isfile(entry):
+        with open(entry) as f:
+            return {"source": entry, "irdl": f.read()}
+    return {"source": "fxmlir.config.dialects", "irdl": entry}
+
+
+def extensions(stages: Sequence[StageEdit], dialects: Sequence[str]) -> str | None:
+    """What ``_fxmlir.compile`` takes as ``extensions``: the edits and the dialects as JSON;
+    ``None`` when there are none."""
+    if not stages and not dialects:
+        return None
+    for edit in stages:
+        if not isinstance(edit, StageEdit):
+            raise TypeError(
+                "fxmlir.config.stages holds StageEdits (Stage(...).before/after/replacing), "
+                f"got {edit!r}"
+            )
+    document = {
+        "stages": [
+            {
+                "placement": e.placement,
+                "anchor": e.anchor,
+                "name": e.stage.name,
+                "passes": e.stage.passes,
+                "transform": e.stage.transform,
+                "pdl": e.stage.pdl,
+            }
+            for e in stages
+        ],
+        "dialects": [_dialect(d) for d in dialects],
+    }
+    return json.dumps(document)
