@@ -538,7 +538,7 @@ def machine_line(meta: dict[str, Any]) -> str:
     return (
         f"{meta['date']}, {meta['cpu']} ({meta['cores']} cores), torch {meta['torch']} "
         f"(threads: {meta['threads']}), fxmlir {meta['fxmlir']} ({meta['commit']}), "
-        f"Python {meta['python']}"
+        f"Python {meta['python']}; fxmlir compiles for {meta.get('target', 'the host')}"
     )
 
 

@@ -132,6 +132,7 @@ def meta() -> dict[str, Any]:
         "fxmlir": fxmlir.__version__,
         "commit": commit,
         "python": platform.python_version(),
+        "target": fxmlir.target_info()["summary"],
     }
 
 

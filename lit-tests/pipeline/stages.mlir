@@ -14,6 +14,8 @@
 // RUN:   | FileCheck %s --check-prefix=BAD-NAME
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'beside:fusion:x:passes=builtin.module(cse)' %s 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BAD-PLACEMENT
+// RUN: not fxmlir-opt --add-stage 'after:fusion:x:passes=builtin.module(cse)' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=NO-PIPELINE
 
 // Stages of one's own go before, after or in place of a named stage: a textual pass
 // pipeline, a transform script (appended, interpreted, erased), or PDL patterns (applied
@@ -39,6 +41,7 @@
 // BAD-PASSES: error: invalid pass pipeline `builtin.module(no-such-pass)`
 // BAD-NAME: error: invalid pass pipeline `fusion`: stage name `dumps/x`: use letters, digits, `-` and `_`
 // BAD-PLACEMENT: placement `beside`: expected before, after or replace
+// NO-PIPELINE: error: --add-stage edits a named pipeline: give it with --pipeline
 
 func.func @product_then_tanh(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) -> tensor<8x32xf32> {
   %zero = arith.constant 0.0 : f32

@@ -76,6 +76,9 @@ fn run(cli: Cli) -> Result<bool> {
         }
         return Ok(true);
     }
+    if !cli.add_stage.is_empty() && cli.pipeline.is_none() {
+        anyhow::bail!("--add-stage edits a named pipeline: give it with --pipeline");
+    }
     // A bad `--target` is one error, not one per chunk.
     if let Some(spec) = &cli.target {
         Target::parse(spec)?;
