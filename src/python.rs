@@ -492,6 +492,17 @@ fn widened_product(dtype: &str, rows: i64, target: &str) -> PyResult<bool> {
         .is_some_and(|d| crate::lower::widened(&target, d, rows)))
 }
 
+/// The MLIR type of a tensor value of `shape` and `dtype` (a torch dtype's name without
+/// `torch.`), as the lowering types graph values: `tensor<4x8xf32>`.
+#[pyfunction]
+fn tensor_type(shape: Vec<i64>, dtype: &str) -> PyResult<String> {
+    let dtype = crate::graph::DType::ALL
+        .into_iter()
+        .find(|d| d.name() == dtype)
+        .ok_or_else(|| GraphError::new_err(format!("unknown dtype `{dtype}`")))?;
+    Ok(crate::lower::emit::tensor_type_text(&shape, dtype))
+}
+
 /// Names of the registered pipelines.
 #[pyfunction]
 fn pipelines() -> Vec<String> {
@@ -523,6 +534,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(target_info, m)?)?;
     m.add_function(wrap_pyfunction!(check_extensions, m)?)?;
+    m.add_function(wrap_pyfunction!(tensor_type, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     Ok(())
 }

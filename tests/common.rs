@@ -40,6 +40,7 @@ pub fn node(name: &str, target: &str, args: Vec<Arg>, outputs: Vec<TensorMeta>) 
         arg_names: vec![],
         outputs,
         source: None,
+        lowering: None,
     }
 }
 

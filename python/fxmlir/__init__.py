@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from . import custom_ops
+from . import custom_ops, lowerings
 from ._fxmlir import (
     CallError,
     CompileError,
@@ -47,6 +47,7 @@ __all__ = [
     "config",
     "explain",
     "fxmlir_backend",
+    "lowerings",
     "pipelines",
     "supported_ops",
     "target_info",

@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, inference, interchange, partition, passes, runtime, stages
+from . import _fxmlir, inference, interchange, lowerings, partition, passes, runtime, stages
 from .config import config
 from .passes import aliasing, hoist
 from .passes import decompositions as written_out
@@ -85,15 +85,19 @@ def supported_ops() -> frozenset[str]:
     return frozenset(op for op, _family in _fxmlir.supported_ops())
 
 
-@functools.cache
 def decompositions() -> dict[Any, Callable]:
-    """Core ATen decompositions, except for ops fxmlir lowers natively (which are faster whole),
-    and fxmlir's own (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths and
-    the backward ops core ATen leaves whole."""
+    """Core ATen decompositions, except for ops fxmlir lowers natively or through a Python row
+    (:mod:`fxmlir.lowerings`; both are faster whole), and fxmlir's own
+    (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths and the backward
+    ops core ATen leaves whole."""
+    return _decompositions(supported_ops() | lowerings.registered())
+
+
+@functools.cache
+def _decompositions(whole: frozenset[str]) -> dict[Any, Callable]:
     from torch._decomp import core_aten_decompositions
 
-    native = supported_ops()
-    core = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in native}
+    core = {op: fn for op, fn in core_aten_decompositions().items() if str(op) not in whole}
     return {**core, **written_out.DECOMPOSITIONS}
 
 

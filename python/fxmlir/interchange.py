@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from . import _fxmlir, lowerings
 from ._fxmlir import INTERCHANGE_VERSION, GraphError, UnsupportedOpError
 
 FORMAT = "fxmlir.graph"
@@ -220,6 +221,31 @@ class Exporter:
             names.append(arg.name)
         return args, names
 
+    def inline_lowering(
+        self,
+        row: lowerings.Lowering,
+        node: torch.fx.Node,
+        args: list[Any],
+        outputs: list[dict[str, Any]],
+        values: list[dict[str, Any]],
+        nodes: list[dict[str, Any]],
+    ) -> dict[str, str]:
+        """The ``lowering`` of a node a Python row lowers: its MLIR, written for the types of
+        the node's tensor arguments (the values its top-level arguments refer to: inputs and
+        constants, ``values``, or earlier ``nodes``' outputs) and outputs."""
+        metas = {(v["name"], 0): v["meta"] for v in values}
+        for n in nodes:
+            metas.update({(n["name"], k): m for k, m in enumerate(n["outputs"])})
+
+        def mlir_type(meta: dict[str, Any]) -> str:
+            return _fxmlir.tensor_type(meta["shape"], meta["dtype"])
+
+        types = [
+            mlir_type(metas[(a["ref"]["node"], a["ref"]["index"])]) for a in args if "ref" in a
+        ]
+        text = lowerings.mlir_for(row, node, types, [mlir_type(m) for m in outputs])
+        return {"origin": row.origin, "mlir": text}
+
     def export(self) -> Plan:
         inputs, constants, nodes = [], [], []
         placeholder_index = 0
@@ -290,6 +316,11 @@ class Exporter:
                 source = source_of(node)
                 if source:
                     entry["source"] = source
+                row = lowerings.lowering_for(node)
+                if row is not None:
+                    entry["lowering"] = self.inline_lowering(
+                        row, node, args, outputs, inputs + constants, nodes
+                    )
                 nodes.append(entry)
                 self.refs[node.name] = {"node": node.name, "index": 0}
             elif node.op == "output":

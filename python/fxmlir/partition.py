@@ -19,6 +19,7 @@ import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from . import lowerings
 from ._fxmlir import FxmlirError, UnsupportedOpError
 from .interchange import source_line, target_name
 
@@ -67,7 +68,7 @@ def _reason(node: torch.fx.Node, supported: frozenset[str]) -> str | None:
     if not isinstance(node.target, torch._ops.OpOverload):
         return f"`{target_name(node)}` is not an ATen operator"
     name = str(node.target)
-    if name in supported:
+    if name in supported or lowerings.lowering_for(node) is not None:
         return None
     if _is_random(node):
         return "random op: runs eagerly so it draws from PyTorch's generator"

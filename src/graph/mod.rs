@@ -152,6 +152,19 @@ pub struct Node {
     pub outputs: Vec<TensorMeta>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// A lowering given with the node, in place of the registry's row for its op: a
+    /// registered Python lowering's MLIR (see `fxmlir.lowerings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lowering: Option<InlineLowering>,
+}
+
+/// A node's lowering given as MLIR text: one `func.func` taking the node's tensor arguments
+/// (in order, with the types their metadata gives) and returning its outputs, which the
+/// lowering copies in place of a call. `origin` (who registered it) names it in errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InlineLowering {
+    pub origin: String,
+    pub mlir: String,
 }
 
 impl Node {

@@ -9,6 +9,7 @@ mod elements;
 mod elementwise;
 pub mod emit;
 mod indexing;
+mod inline;
 mod layout;
 mod linear;
 mod loops;
@@ -221,6 +222,13 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             shape: meta.shape.clone(),
             dtype: meta.dtype,
         }))
+    }
+
+    /// The value a tensor argument refers to.
+    fn tensor_value(&self, arg: &Arg) -> Result<Value<'c, 'a>> {
+        self.tensor_of(arg)?
+            .map(|t| t.value)
+            .ok_or_else(|| lowering_error("an argument is not a tensor".to_string()))
     }
 
     pub fn tensor(&self, node: &Node, index: usize) -> Result<Tensor<'c, 'a>> {
@@ -580,12 +588,18 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
         }
         for node in &graph.nodes {
             let site = node.site();
-            let lowering = registry
-                .get(&node.target)
-                .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
             ctx.e.loc = node_location(context, node);
             ctx.node_outputs = node.outputs.clone();
-            let results = (lowering.lower)(&mut ctx, node).map_err(|e| attach_site(e, &site))?;
+            let results = match &node.lowering {
+                Some(given) => inline::lower(&mut ctx, node, given),
+                None => {
+                    let lowering = registry
+                        .get(&node.target)
+                        .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
+                    (lowering.lower)(&mut ctx, node)
+                }
+            }
+            .map_err(|e| attach_site(e, &site))?;
             if results.len() != node.outputs.len() {
                 return Err(attach_site(
                     lowering_error(format!(

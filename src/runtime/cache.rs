@@ -95,12 +95,15 @@ impl Key {
 /// arguments and its outputs, with every value named by position (`i0`, `c1`, `n2`) so that
 /// the graph's name, node names, argument names and source lines do not count.
 pub fn structural_hash(graph: &Graph) -> Result<String> {
+    /// A node: its op, arguments, outputs and the MLIR of a lowering given with it.
+    type CanonicalNode<'g> = (&'g str, Vec<Arg>, &'g [TensorMeta], Option<&'g str>);
+
     #[derive(Serialize)]
     struct Canonical<'g> {
         version: u32,
         inputs: Vec<&'g TensorMeta>,
         constants: Vec<(&'g TensorMeta, &'g str)>,
-        nodes: Vec<(&'g str, Vec<Arg>, &'g [TensorMeta])>,
+        nodes: Vec<CanonicalNode<'g>>,
         outputs: Vec<ValueRef>,
     }
     let mut positions: HashMap<&str, String> = HashMap::new();
@@ -164,7 +167,10 @@ pub fn structural_hash(graph: &Graph) -> Result<String> {
                     .iter()
                     .map(|a| canonical(a, &position))
                     .collect::<Result<_>>()?;
-                Ok((n.target.as_str(), args, n.outputs.as_slice()))
+                // A lowering given with the node is part of what it computes (its origin
+                // only names it).
+                let lowering = n.lowering.as_ref().map(|l| l.mlir.as_str());
+                Ok((n.target.as_str(), args, n.outputs.as_slice(), lowering))
             })
             .collect::<Result<_>>()?,
         outputs: graph.outputs.iter().map(position).collect::<Result<_>>()?,

@@ -1,0 +1,147 @@
+"""Lowerings written in Python (``fxmlir.lowerings``): MLIR text per node, in upstream
+dialects or one loaded in IRDL, lowered further by a stage of one's own. The vendor flow end
+to end: a ``torch.library`` op lowered into the ``xacc`` dialect, a PDL stage lowering that to
+upstream ops, the default JIT; and overriding fxmlir's own row for some nodes."""
+
+import pathlib
+import subprocess
+
+import fxmlir
+import pytest
+import torch
+from fxmlir import lowerings
+
+LIT = pathlib.Path(__file__).resolve().parents[2] / "lit-tests"
+XACC_IRDL = LIT / "dialects" / "Inputs" / "xacc.irdl.mlir"
+XACC_TO_MATH = (LIT / "dialects" / "Inputs" / "xacc_to_math.pdl.mlir").read_text()
+TO_LINALG = "builtin.module(func.func(convert-elementwise-to-linalg))"
+
+LIB = torch.library.Library("fxmlir_test", "DEF")
+LIB.define("scaled_tanh(Tensor x, float scale) -> Tensor")
+
+
+@torch.library.impl(LIB, "scaled_tanh", "CompositeExplicitAutograd")
+def _scaled_tanh(x, scale):
+    return torch.tanh(x) * scale
+
+
+@torch.library.register_fake("fxmlir_test::scaled_tanh")
+def _scaled_tanh_fake(x, scale):
+    return torch.empty_like(x)
+
+
+def scaled_tanh_mlir(call: lowerings.Call) -> str:
+    """xacc.tanh, then a multiplication by the node's scale (a scalar argument, baked in)."""
+    (x,), (out,) = call.inputs, call.outputs
+    scale = float(call.node.args[1])
+    return f"""
+    func.func @lowering(%x: {x}) -> {out} {{
+      %t = "xacc.tanh"(%x) : ({x}) -> {out}
+      %s = arith.constant dense<{scale:e}> : {out}
+      %y = arith.mulf %t, %s : {out}
+      return %y : {out}
+    }}"""
+
+
+@pytest.fixture
+def xacc():
+    """The row and the xacc settings a vendor would install: the dialect, and the stage that
+    lowers it (PDL) and makes the elementwise ops on tensors linalg."""
+    lowerings.register("fxmlir_test::scaled_tanh", scaled_tanh_mlir, origin="xacc")
+    stage = fxmlir.Stage("xacc-to-upstream", pdl=XACC_TO_MATH, passes=TO_LINALG)
+    with fxmlir.config.patch(dialects=[str(XACC_IRDL)], stages=[stage.before("fusion")]):
+        yield
+    lowerings.unregister("fxmlir_test::scaled_tanh")
+
+
+def _model(x):
+    return torch.ops.fxmlir_test.scaled_tanh(x @ x.T, 0.5) + 1
+
+
+def test_a_custom_op_lowers_into_a_dialect_of_ones_own(xacc, tmp_path, mlir_opt):
+    torch.manual_seed(0)
+    x = torch.randn(6, 10)
+    torch._dynamo.reset()
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
+        actual = torch.compile(_model, backend="fxmlir")(x)
+    torch.testing.assert_close(actual, _model(x), rtol=1e-5, atol=1e-6)
+    (lowered,) = tmp_path.glob("*.00-input.mlir")
+    text = lowered.read_text()
+    assert '"xacc.tanh"' in text
+    assert "fxmlir_test.scaled_tanh.default" in text, "the op's location names the node"
+    # Stock mlir-opt reads the dump with the dialect's IRDL file.
+    subprocess.run(
+        [str(mlir_opt), f"--irdl-file={XACC_IRDL}", str(lowered)],
+        check=True,
+        capture_output=True,
+    )
+    (upstream,) = tmp_path.glob("*.02-xacc-to-upstream.mlir")
+    assert "xacc." not in upstream.read_text()
+
+
+def _negate_rows(call: lowerings.Call) -> str:
+    (x,), (out,) = call.inputs, call.outputs
+    rank = len(call.node.meta["val"].shape)
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    identity = f"affine_map<({dims}) -> ({dims})>"
+    parallel = ", ".join(['"parallel"'] * rank)
+    return f"""
+    func.func @lowering(%x: {x}) -> {out} {{
+      %e = tensor.empty() : {out}
+      %y = linalg.generic {{indexing_maps = [{identity}, {identity}],
+                            iterator_types = [{parallel}]}}
+          ins(%x : {x}) outs(%e : {out}) {{
+        ^bb0(%a: f32, %b: f32):
+          %two = arith.constant 2.0 : f32
+          %m = arith.mulf %a, %two : f32
+          linalg.yield %m : f32
+      }} -> {out}
+      return %y : {out}
+    }}"""
+
+
+def test_a_row_overrides_fxmlirs_own_for_the_nodes_it_supports():
+    """A (deliberately wrong) neg that doubles f32 inputs: f32 nodes take it, f64 nodes keep
+    fxmlir's own row; both compile (strict mode)."""
+    lowerings.register(
+        torch.ops.aten.neg.default,
+        _negate_rows,
+        supports=lambda node: node.meta["val"].dtype == torch.float32,
+        origin="test",
+    )
+    try:
+        for dtype, expected in [(torch.float32, 2.0), (torch.float64, -1.0)]:
+            torch._dynamo.reset()
+            x = torch.ones(3, 4, dtype=dtype)
+            with fxmlir.config.patch(fallback="error"):
+                actual = torch.compile(torch.neg, backend="fxmlir")(x)
+            torch.testing.assert_close(actual, torch.full_like(x, expected))
+    finally:
+        lowerings.unregister(torch.ops.aten.neg.default)
+
+
+@pytest.mark.parametrize(
+    ("mlir", "message"),
+    [
+        (lambda call: "func.func @lowering(", "xacc lowering: its MLIR does not parse"),
+        (
+            lambda call: (
+                f"func.func @f() -> {call.outputs[0]} {{ %e = tensor.empty() : "
+                f"{call.outputs[0]}\n return %e : {call.outputs[0]} }}"
+            ),
+            "its function takes 0 arguments; the node has 1 tensor arguments",
+        ),
+        (lambda call: 42, "returned int, not MLIR text"),
+        (lambda call: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_a_broken_lowering_is_named(mlir, message):
+    lowerings.register("fxmlir_test::scaled_tanh", mlir, origin="xacc")
+    try:
+        torch._dynamo.reset()
+        with fxmlir.config.patch(fallback="error"), pytest.raises(Exception) as e:
+            torch.compile(_model, backend="fxmlir")(torch.randn(4, 4))
+        assert message in str(e.value)
+        assert "scaled_tanh" in str(e.value)
+    finally:
+        lowerings.unregister("fxmlir_test::scaled_tanh")
