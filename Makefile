@@ -11,10 +11,11 @@ PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytes
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup apt venv build demo test test-rust test-lit test-python test-docs op-support bench lint
+.PHONY: setup apt venv build plugins demo test test-rust test-lit test-python test-docs op-support bench lint
 
-## setup: Debian packages, the venv with torch, a release build installed into the venv.
-setup: apt venv build
+## setup: Debian packages, the venv with torch, a release build installed into the venv, and
+## the example vendor plugin (examples/xacc) installed beside it.
+setup: apt venv build plugins
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
@@ -42,6 +43,10 @@ build: venv
 	cargo build --release --bins -q
 	ln -sf $(CURDIR)/target/release/fxmlir $(VENV)/bin/fxmlir
 	ln -sf $(CURDIR)/target/release/fxmlir-opt $(VENV)/bin/fxmlir-opt
+
+## plugins: the example plugin package, editable (its entry points make it `xacc`).
+plugins: build
+	@$(PY) -c "import fxmlir_xacc" 2>/dev/null || $(PY) -m pip install -q -e examples/xacc
 
 ## demo: compile an MLP and a transformer block, check against eager, show speed and dumps.
 demo: setup
@@ -74,8 +79,8 @@ bench: setup
 
 ## lint: ruff, rustfmt, clippy (warnings are errors) and rustdoc; part of `make test`.
 lint: setup
-	$(VENV)/bin/ruff check python benches lit-tests
-	$(VENV)/bin/ruff format --check python benches lit-tests
+	$(VENV)/bin/ruff check python benches lit-tests examples
+	$(VENV)/bin/ruff format --check python benches lit-tests examples
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
 	cargo clippy --release --all-targets --features python -- -D warnings

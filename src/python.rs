@@ -235,7 +235,7 @@ fn compile(
 ) -> PyResult<Compilation> {
     let target = parse_target(target, threads)?;
     target.check_runs_here().map_err(to_py)?;
-    let (stages, dialects) = parse_extensions(extensions)?;
+    let (stages, dialects, extensions_key) = parse_extensions(extensions)?;
     let options = Options {
         pipeline: pipeline.to_string(),
         dump_dir,
@@ -243,6 +243,7 @@ fn compile(
         target,
         stages,
         dialects,
+        extensions_key,
     };
     if !background {
         let compiled = py.detach(|| compile_document(&json, &options))?;
@@ -363,6 +364,9 @@ struct ExtensionsDocument {
     stages: Vec<StageDocument>,
     #[serde(default)]
     dialects: Vec<DialectDocument>,
+    /// What else changes the code: the active plugins and their options.
+    #[serde(default)]
+    key: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -381,10 +385,10 @@ struct DialectDocument {
     irdl: String,
 }
 
-/// The stage edits and dialects of an extensions document (none without one).
-fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect>)> {
+/// The stage edits, dialects and key of an extensions document (none without one).
+fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect>, String)> {
     let Some(json) = json else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok((Vec::new(), Vec::new(), String::new()));
     };
     let document: ExtensionsDocument =
         serde_json::from_str(json).map_err(|e| to_py(Error::from(e)))?;
@@ -424,7 +428,7 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
             irdl: d.irdl,
         })
         .collect();
-    Ok((stages, dialects))
+    Ok((stages, dialects, document.key))
 }
 
 /// Checks what `fxmlir.config` adds before any compile uses it: the stage edits apply to the
@@ -432,7 +436,7 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
 /// and the dialects load. Raises `CompileError` naming the stage or dialect.
 #[pyfunction]
 fn check_extensions(pipeline: &str, extensions: &str) -> PyResult<Vec<String>> {
-    let (stages, dialects) = parse_extensions(Some(extensions))?;
+    let (stages, dialects, _) = parse_extensions(Some(extensions))?;
     guard(|| {
         let context = crate::context::new_context()?;
         let _dialects = crate::context::load_dialects(&context, &dialects)?;

@@ -1,7 +1,7 @@
-// RUN: fxmlir-opt --irdl-file=%S/Inputs/xacc.irdl.mlir %s | FileCheck %s --check-prefix=PARSED
-// RUN: mlir-opt --irdl-file=%S/Inputs/xacc.irdl.mlir %s | FileCheck %s --check-prefix=PARSED
-// RUN: fxmlir-opt --irdl-file=%S/Inputs/xacc.irdl.mlir --pipeline fusion \
-// RUN:     --add-stage 'before:fusion:xacc-to-math:pdl=%S/Inputs/xacc_to_math.pdl.mlir' %s \
+// RUN: fxmlir-opt --irdl-file=%S/../../examples/xacc/fxmlir_xacc/xacc.irdl.mlir %s | FileCheck %s --check-prefix=PARSED
+// RUN: mlir-opt --irdl-file=%S/../../examples/xacc/fxmlir_xacc/xacc.irdl.mlir %s | FileCheck %s --check-prefix=PARSED
+// RUN: fxmlir-opt --irdl-file=%S/../../examples/xacc/fxmlir_xacc/xacc.irdl.mlir --pipeline fusion \
+// RUN:     --add-stage 'before:fusion:xacc-to-math:pdl=%S/../../examples/xacc/fxmlir_xacc/xacc_to_upstream.pdl.mlir' %s \
 // RUN:   | FileCheck %s --check-prefix=LOWERED --implicit-check-not=xacc.
 // RUN: not fxmlir-opt %s 2>&1 | FileCheck %s --check-prefix=UNLOADED
 // RUN: not fxmlir-opt --irdl-file=%S/Inputs/broken.irdl.mlir %s 2>&1 | FileCheck %s --check-prefix=BROKEN

@@ -48,6 +48,7 @@ __all__ = [
     "explain",
     "fxmlir_backend",
     "lowerings",
+    "plugins",
     "pipelines",
     "supported_ops",
     "target_info",

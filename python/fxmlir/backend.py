@@ -19,7 +19,17 @@ import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _fxmlir, inference, interchange, lowerings, partition, passes, runtime, stages
+from . import (
+    _fxmlir,
+    inference,
+    interchange,
+    lowerings,
+    partition,
+    passes,
+    plugins,
+    runtime,
+    stages,
+)
 from .config import config
 from .passes import aliasing, hoist
 from .passes import decompositions as written_out
@@ -90,7 +100,14 @@ def decompositions() -> dict[Any, Callable]:
     (:mod:`fxmlir.lowerings`; both are faster whole), and fxmlir's own
     (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths and the backward
     ops core ATen leaves whole."""
-    return _decompositions(supported_ops() | lowerings.registered())
+    table = dict(_decompositions(supported_ops() | lowerings.registered()))
+    for collected in plugins.active():
+        for op, fn in collected.decompositions.items():
+            if fn is None:
+                table.pop(op, None)
+            else:
+                table[op] = fn
+    return table
 
 
 @functools.cache
@@ -121,6 +138,8 @@ class GraphCompiler:
     ):
         self.gm = gm
         self.settings = settings
+        #: The plugins active at compile time, active again for the sizes compiled later.
+        self.plugins = plugins.active()
         #: The complete spec of the target of the last compile started (see ``_start``).
         self.target_spec = ""
         self.name = _next_name()
@@ -168,7 +187,8 @@ class GraphCompiler:
         self.static = self._record(plan, compiled, source, True, waited_ms)
 
     def _build(self, bindings: dict[Any, int], name: str) -> runtime.CompiledGraph:
-        plan = interchange.export(self.gm, name, bindings)
+        with plugins.restored(self.plugins):
+            plan = interchange.export(self.gm, name, bindings)
         return self._record(plan, *self._start(plan, False)())
 
     def _record(
@@ -237,9 +257,10 @@ class GraphCompiler:
         lowest priority); ``None`` while that runs or, with ``self.defer``, if it failed (the
         sizes then run eagerly; without it the error is raised, as it always was)."""
         try:
-            plan = interchange.export(
-                self.gm, f"{self.name}_s{next(self.specializations)}", bindings
-            )
+            with plugins.restored(self.plugins):
+                plan = interchange.export(
+                    self.gm, f"{self.name}_s{next(self.specializations)}", bindings
+                )
             build = self._start(plan, background, low_priority=background)
             if isinstance(build, runtime.Compiling):
                 self.compiling = (key, build)
@@ -294,13 +315,34 @@ def _checked_target(spec: str) -> str:
 def _checked_extensions(
     pipeline: str, edits: list[stages.StageEdit], dialects: list[str]
 ) -> str | None:
-    """The stages and dialects ``fxmlir.config`` adds, as the compiles take them, once they
-    apply to ``pipeline``, parse and load; else ``CompileError`` naming the stage or dialect,
-    whatever the fallback mode (like a bad target: a setting to fix)."""
-    added = stages.extensions(edits, dialects)
+    """The stages and dialects ``fxmlir.config`` and the active plugins add (and the
+    plugins' key), as the compiles take them, once they apply to ``pipeline``, parse and
+    load; else ``CompileError`` naming the stage or dialect, whatever the fallback mode (like
+    a bad target: a setting to fix)."""
+    active = plugins.active()
+    added = stages.extensions(
+        [*edits, *(e for c in active for e in c.stages)],
+        [*dialects, *(d for c in active for d in c.dialects)],
+        "\n".join(c.key for c in active),
+    )
     if added is not None:
         _fxmlir.check_extensions(pipeline, added)
     return added
+
+
+def _run_graph_passes(gm: torch.fx.GraphModule) -> None:
+    """The active plugins' FX passes over ``gm``, in order; one that raises is a
+    ``PluginError`` naming its plugin."""
+    for collected in plugins.active():
+        for graph_pass in collected.graph_passes:
+            try:
+                graph_pass(gm)
+            except Exception as e:
+                raise plugins.PluginError(
+                    f"plugin `{collected.plugin.name}`: graph pass "
+                    f"{getattr(graph_pass, '__name__', graph_pass)!r} raised {e!r}"
+                ) from e
+            gm.recompile()
 
 
 def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
@@ -314,6 +356,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     partitions and the rest run eagerly between them, unless ``config.fallback == "error"``,
     which raises instead. Outputs that share memory are rebuilt as views after each call (see
     :mod:`fxmlir.passes.aliasing`)."""
+    _run_graph_passes(gm)
     aliases = aliasing.aliases(gm)
     if aliases:
         return aliasing.rebuilding(_compile(aliasing.without(gm, aliases), static), aliases)
@@ -404,15 +447,28 @@ class _Pending:
 
 
 def fxmlir_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
-    """The ``torch.compile`` backend. An inference graph is traced by :mod:`fxmlir.inference`;
-    any other goes through aot_autograd."""
+    """The ``torch.compile`` backend, with the plugins ``config.plugins`` names active."""
+    with plugins.activated(config.plugins):
+        return compile_in_context(gm, example_inputs, **kwargs)
+
+
+def compile_in_context(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any):
+    """fxmlir's backend with the plugins active now (see :func:`fxmlir.plugins.backend`). An
+    inference graph is traced by :mod:`fxmlir.inference`; any other goes through
+    aot_autograd, whose compiles (a backward graph's comes later) see the same plugins."""
     traced = inference.trace(gm, example_inputs, decompositions())
     if traced is not None:
         graph, static = traced
         return inference.unboxed(_compile(graph, static))
+    active = plugins.active()
+
+    def compile_with_plugins(g: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
+        with plugins.restored(active):
+            return compile_graph(g, inputs)
+
     backend = aot_autograd(
-        fw_compiler=compile_graph,
-        bw_compiler=compile_graph,
+        fw_compiler=compile_with_plugins,
+        bw_compiler=compile_with_plugins,
         decompositions=decompositions(),
     )
     return backend(gm, example_inputs, **kwargs)

@@ -48,6 +48,14 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_TARGET") or "host"
     )
 
+    #: Installed plugins active on the ``fxmlir`` backend, by name (``FXMLIR_PLUGINS``:
+    #: comma-separated; see :mod:`fxmlir.plugins`).
+    plugins: list[str] = dataclasses.field(
+        default_factory=lambda: [
+            p.strip() for p in os.environ.get("FXMLIR_PLUGINS", "").split(",") if p.strip()
+        ]
+    )
+
     #: Stages of one's own, placed before, after or instead of fxmlir's (a list of
     #: ``fxmlir.Stage(...).before/after/replacing(anchor)``; see :mod:`fxmlir.stages`).
     stages: list = dataclasses.field(default_factory=list)

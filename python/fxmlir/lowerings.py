@@ -23,9 +23,11 @@ run eagerly, exactly as the partitioner treats fxmlir's own rows.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.fx
@@ -56,6 +58,20 @@ class Lowering:
 
 _rows: dict[str, Lowering] = {}
 _lock = threading.Lock()
+#: Rows active in this context only (an active plugin's), ahead of the registered ones.
+_scoped: contextvars.ContextVar[tuple[tuple[str, Lowering], ...]] = contextvars.ContextVar(
+    "fxmlir_lowerings", default=()
+)
+
+
+@contextlib.contextmanager
+def scoped(rows: dict[str, Lowering]) -> Iterator[None]:
+    """Makes ``rows`` (op → row) override the registered rows for what runs inside."""
+    token = _scoped.set((*_scoped.get(), *rows.items()))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
 
 
 def _op_name(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> str:
@@ -90,8 +106,8 @@ def unregister(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) ->
 
 
 def registered() -> frozenset[str]:
-    """The ops with a Python lowering."""
-    return frozenset(_rows)
+    """The ops with a Python lowering (registered, or active in this context)."""
+    return frozenset(_rows) | frozenset(op for op, _ in _scoped.get())
 
 
 def lowering_for(node: torch.fx.Node) -> Lowering | None:
@@ -99,7 +115,7 @@ def lowering_for(node: torch.fx.Node) -> Lowering | None:
     an error naming the row's origin."""
     if node.op != "call_function":
         return None
-    row = _rows.get(str(node.target))
+    row = dict(_scoped.get()).get(str(node.target)) or _rows.get(str(node.target))
     if row is None or row.supports is None:
         return row
     try:

@@ -66,10 +66,11 @@ def _dialect(entry: str) -> dict[str, str]:
     return {"source": "fxmlir.config.dialects", "irdl": entry}
 
 
-def extensions(stages: Sequence[StageEdit], dialects: Sequence[str]) -> str | None:
-    """What ``_fxmlir.compile`` takes as ``extensions``: the edits and the dialects as JSON;
-    ``None`` when there are none."""
-    if not stages and not dialects:
+def extensions(stages: Sequence[StageEdit], dialects: Sequence[str], key: str = "") -> str | None:
+    """What ``_fxmlir.compile`` takes as ``extensions``: the edits, the dialects and what
+    else changes the code (``key``: the active plugins and their options) as JSON; ``None``
+    when there are none."""
+    if not stages and not dialects and not key:
         return None
     for edit in stages:
         if not isinstance(edit, StageEdit):
@@ -90,5 +91,6 @@ def extensions(stages: Sequence[StageEdit], dialects: Sequence[str]) -> str | No
             for e in stages
         ],
         "dialects": [_dialect(d) for d in dialects],
+        "key": key,
     }
     return json.dumps(document)

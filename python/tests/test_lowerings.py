@@ -12,8 +12,9 @@ import torch
 from fxmlir import lowerings
 
 LIT = pathlib.Path(__file__).resolve().parents[2] / "lit-tests"
-XACC_IRDL = LIT / "dialects" / "Inputs" / "xacc.irdl.mlir"
-XACC_TO_MATH = (LIT / "dialects" / "Inputs" / "xacc_to_math.pdl.mlir").read_text()
+XACC = LIT.parent / "examples" / "xacc" / "fxmlir_xacc"
+XACC_IRDL = XACC / "xacc.irdl.mlir"
+XACC_TO_MATH = (XACC / "xacc_to_upstream.pdl.mlir").read_text()
 TO_LINALG = "builtin.module(func.func(convert-elementwise-to-linalg))"
 
 LIB = torch.library.Library("fxmlir_test", "DEF")

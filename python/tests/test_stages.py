@@ -13,7 +13,7 @@ from fxmlir import backend
 INPUTS = pathlib.Path(__file__).resolve().parents[2] / "lit-tests"
 TANH_TO_SIN = (INPUTS / "pipeline" / "Inputs" / "tanh_to_sin.pdl.mlir").read_text()
 GENERALIZE = (INPUTS / "pipeline" / "Inputs" / "generalize.transform.mlir").read_text()
-XACC_IRDL = INPUTS / "dialects" / "Inputs" / "xacc.irdl.mlir"
+XACC_IRDL = INPUTS.parent / "examples" / "xacc" / "fxmlir_xacc" / "xacc.irdl.mlir"
 BROKEN_IRDL = INPUTS / "dialects" / "Inputs" / "broken.irdl.mlir"
 
 

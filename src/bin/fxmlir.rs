@@ -105,6 +105,7 @@ impl CompileArgs {
                 .iter()
                 .map(|path| fxmlir::context::Dialect::from_file(path))
                 .collect::<fxmlir::Result<_>>()?,
+            extensions_key: String::new(),
         })
     }
 }

@@ -33,6 +33,9 @@ pub struct Options {
     pub stages: Vec<StageEdit>,
     /// IRDL dialects loaded into the compile's context before lowering.
     pub dialects: Vec<Dialect>,
+    /// What else changes the code, as its caller states it (the Python backend: the active
+    /// plugins and their options).
+    pub extensions_key: String,
 }
 
 impl Options {
@@ -45,6 +48,7 @@ impl Options {
             target,
             stages: Vec::new(),
             dialects: Vec::new(),
+            extensions_key: String::new(),
         }
     }
 
@@ -59,6 +63,7 @@ impl Options {
             target,
             stages,
             dialects,
+            extensions_key,
         } = self;
         let digest = |text: &str| cache::hex_digest(text.as_bytes());
         let stages: Vec<String> = stages
@@ -80,7 +85,7 @@ impl Options {
             .collect();
         let dialects: Vec<String> = dialects.iter().map(|d| digest(&d.irdl)).collect();
         format!(
-            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}]",
+            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}] extensions={extensions_key:?}",
             target.describe(),
             stages.join(" "),
             dialects.join(" ")

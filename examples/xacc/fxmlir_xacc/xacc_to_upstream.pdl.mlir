@@ -1,4 +1,5 @@
-// Lowers the xacc dialect to upstream ops: xacc.tanh is math.tanh on the same tensor.
+// The xacc plugin's stage: lowers its dialect to upstream ops (xacc.tanh is math.tanh on the
+// same tensor).
 module {
   pdl.pattern @xacc_tanh : benefit(1) {
     %x = pdl.operand

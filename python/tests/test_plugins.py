@@ -1,0 +1,157 @@
+"""Vendor plugins (``fxmlir.plugins``) through the example plugin package ``examples/xacc``
+(installed by ``make setup``): found by its entry point, active behind its own backend name or
+on fxmlir's through ``config.plugins``, its dialect, lowerings and stage running a real model
+that matches eager; and every way a plugin can be broken giving an error that names it."""
+
+import importlib.metadata
+import pathlib
+import subprocess
+
+import fxmlir
+import pytest
+import torch
+import transformers
+from fxmlir import backend, plugins
+
+XACC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "xacc" / "fxmlir_xacc"
+
+
+def _gpt2():
+    """A one-layer GPT-2 (its GELU is tanh's: the op XACC takes) and a few tokens."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    return model, torch.randint(0, 100, (2, 8))
+
+
+def _logits(fn, ids):
+    with torch.no_grad():
+        return fn(ids).logits
+
+
+def _lowered(dump_dir: pathlib.Path) -> str:
+    return "".join(p.read_text() for p in dump_dir.glob("*.00-input.mlir"))
+
+
+def test_the_example_plugin_is_installed():
+    assert plugins.available()["xacc"] == "fxmlir_xacc:XaccPlugin"
+    assert isinstance(plugins.load("xacc"), plugins.Plugin)
+
+
+@pytest.mark.parametrize("how", ["backend name", "config.plugins"])
+def test_a_real_model_runs_through_the_plugin(how, tmp_path, mlir_opt):
+    model, ids = _gpt2()
+    expected = _logits(model, ids)
+    torch._dynamo.reset()
+    settings = {"dump_dir": str(tmp_path), "fallback": "error"}
+    if how == "backend name":
+        compiled = torch.compile(model, backend="xacc")
+    else:
+        compiled = torch.compile(model, backend="fxmlir")
+        settings["plugins"] = ["xacc"]
+    with fxmlir.config.patch(**settings):
+        actual = _logits(compiled, ids)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    lowered = _lowered(tmp_path)
+    assert '"xacc.tanh"' in lowered
+    for dump in tmp_path.glob("*.00-input.mlir"):
+        subprocess.run(
+            [str(mlir_opt), f"--irdl-file={XACC / 'xacc.irdl.mlir'}", str(dump)],
+            check=True,
+            capture_output=True,
+        )
+    assert list(tmp_path.glob("*-xacc-to-upstream.mlir")), "the plugin's stage ran"
+
+
+def test_the_plugins_own_op_and_nothing_leaks(tmp_path):
+    """XACC's custom op lowers into its dialect; a compile without the plugin afterwards has
+    no xacc op (the plugin's rows are active only with it) and runs the op eagerly."""
+
+    def fn(x):
+        return torch.ops.xacc.scaled_tanh(x, 0.25) - x
+
+    x = torch.randn(4, 16)
+    torch._dynamo.reset()
+    with fxmlir.config.patch(dump_dir=str(tmp_path / "with"), fallback="error"):
+        actual = torch.compile(fn, backend="xacc")(x)
+    torch.testing.assert_close(actual, fn(x), rtol=1e-5, atol=1e-6)
+    assert '"xacc.tanh"' in _lowered(tmp_path / "with")
+    torch._dynamo.reset()
+    with fxmlir.config.patch(dump_dir=str(tmp_path / "without")):
+        report = fxmlir.explain(fn, x)
+    assert [f.op for f in report.fallbacks] == ["xacc.scaled_tanh.default"]
+    assert "xacc." not in _lowered(tmp_path / "without")
+
+
+def test_plugin_options_are_in_the_cache_key():
+    from fxmlir_xacc import XaccPlugin
+
+    x = torch.randn(3, 5)
+    sources = []
+    for lanes in (16, 8, 16):
+        torch._dynamo.reset()
+        before = max((r.seq for r in backend.history), default=-1)
+        with fxmlir.config.patch(cache_dir=None):
+            torch.compile(torch.tanh, backend=plugins.backend(XaccPlugin(lanes)))(x)
+        sources += [r.source for r in backend.history if r.seq > before]
+    assert sources[1:] == ["compiled", "memory"]
+
+
+class _Broken(plugins.Plugin):
+    name = "broken"
+
+
+class _OldApi(_Broken):
+    api_version = plugins.API_VERSION + 1
+
+
+class _RaisingStages(_Broken):
+    def stages(self):
+        raise RuntimeError("no stages today")
+
+
+class _WrongLowerings(_Broken):
+    def lowerings(self):
+        return ["aten.tanh.default"]
+
+
+class _BadDialect(_Broken):
+    def dialects(self):
+        return ["irdl.dialect @broken {"]
+
+
+class _RaisingPass(_Broken):
+    def graph_passes(self):
+        def fails(gm):
+            raise ValueError("cannot rewrite")
+
+        return [fails]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        ("no-such-plugin", "plugin `no-such-plugin`: not installed"),
+        (_OldApi(), "plugin `broken`: written for plugin API 2, this fxmlir implements 1"),
+        (_RaisingStages(), "plugin `broken`: hook `stages` raised RuntimeError('no stages today')"),
+        (_WrongLowerings(), "plugin `broken`: hook `lowerings` gave 'aten.tanh.default'"),
+        (_BadDialect(), "dialect from fxmlir.config.dialects: does not parse"),
+        (_RaisingPass(), "plugin `broken`: graph pass 'fails' raised ValueError('cannot rewrite')"),
+    ],
+)
+def test_a_broken_plugin_is_named_and_the_process_goes_on(plugin, message):
+    x = torch.randn(3, 5)
+    torch._dynamo.reset()
+    with fxmlir.config.patch(plugins=[plugin]), pytest.raises(Exception) as e:
+        torch.compile(torch.tanh, backend="fxmlir")(x)
+    assert message in str(e.value)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(torch.tanh, backend="fxmlir")(x), torch.tanh(x))
+
+
+def test_a_plugin_that_fails_to_import_is_named():
+    entry_point = importlib.metadata.EntryPoint(
+        name="ghost", value="no_such_module:Plugin", group=plugins.GROUP
+    )
+    with pytest.raises(plugins.PluginError, match="plugin `ghost`: cannot import"):
+        plugins.load_entry_point(entry_point)
