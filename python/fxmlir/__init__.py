@@ -26,7 +26,7 @@ from ._fxmlir import (
 from ._fxmlir import pipelines as _pipelines
 from ._fxmlir import supported_ops as _supported_ops
 from ._fxmlir import target_info as _target_info
-from .backend import compile_graph, fxmlir_backend
+from .backend import GoldenMismatch, compile_graph, fxmlir_backend
 from .config import config
 from .explain import ExplainReport, explain
 from .stages import Stage, StageEdit
@@ -36,6 +36,7 @@ __all__ = [
     "CompileError",
     "ExplainReport",
     "FxmlirError",
+    "GoldenMismatch",
     "GraphError",
     "LoweringError",
     "Stage",

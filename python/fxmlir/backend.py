@@ -220,9 +220,29 @@ class GraphCompiler:
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.pending is not None:
             self.ready()
-        if self.static is None:
-            return self._dynamic(args)
-        return self.static(args)
+        out = self._dynamic(args) if self.static is None else self.static(args)
+        if self.settings.golden:
+            self._golden(args, out)
+        return out
+
+    def _golden(self, args: list[Any], out: list[Any]) -> None:
+        """``config.golden``: the graph run eagerly on the same arguments must give the same
+        outputs; else ``GoldenMismatch`` naming the first op (node, source line) whose value
+        differs, found by compiling the graph up to each node in turn."""
+        with torch.no_grad():
+            expected = self.gm(*args)
+        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        for i, (actual, wanted) in enumerate(zip(out, expected)):
+            if not isinstance(wanted, torch.Tensor) or _golden_close(actual, wanted):
+                continue
+            from . import debug
+
+            with plugins.restored(self.plugins), config.patch(golden=False, background=False):
+                first = debug.first_divergence(self.gm, args)
+            raise GoldenMismatch(
+                f"{self.name}: output {i} differs from eager PyTorch; "
+                + (first or "every op agrees alone, so their combination differs")
+            )
 
     def _dynamic(self, args: list[Any]) -> list[Any]:
         """A call of a graph with symbolic sizes. Without ``background``, new sizes compile
@@ -302,6 +322,30 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Ca
     return _compile(gm, hoist.static_inputs(gm))
 
 
+class GoldenMismatch(_fxmlir.FxmlirError):
+    """A compiled graph's output differs from eager PyTorch's (``config.golden``)."""
+
+
+def _golden_close(actual: Any, expected: torch.Tensor) -> bool:
+    """Whether a compiled output is eager's to the precision of its dtype: relative to the
+    largest eager value, 1e-4 for 32- and 64-bit floats, 2e-2 for halves; exact otherwise."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    if not expected.is_floating_point():
+        return bool(torch.equal(actual, expected))
+    tolerance = 2e-2 if expected.element_size() == 2 else 1e-4
+    scale = max(expected.double().abs().max().item(), 1.0) if expected.numel() else 1.0
+    return bool(
+        torch.allclose(
+            actual.double(),
+            expected.double(),
+            rtol=tolerance,
+            atol=tolerance * scale,
+            equal_nan=True,
+        )
+    )
+
+
 def _checked_target(spec: str) -> str:
     """``spec`` if it names a target whose code runs here; else ``TargetError``, whatever the
     fallback mode: a target that cannot be compiled for is a setting to fix, not an op to run
@@ -368,6 +412,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         config.cache_dir,
         _checked_target(config.target),
         _checked_extensions(config.pipeline, config.stages, config.dialects),
+        config.golden,
     )
     background = config.background and not strict
 

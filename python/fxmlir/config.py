@@ -68,6 +68,14 @@ class Config:
         ]
     )
 
+    #: Golden check: every call of a compiled graph also runs the graph in eager PyTorch and
+    #: compares; a difference raises ``GoldenMismatch`` naming the first op (node and source
+    #: line) that differs. A debugging mode: each call costs an eager run, a difference one
+    #: compile per op (``FXMLIR_GOLDEN=1``).
+    golden: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_GOLDEN", "0") == "1"
+    )
+
     #: What happens to ops fxmlir cannot compile: ``"eager"`` runs them in PyTorch between
     #: compiled partitions, ``"error"`` raises ``UnsupportedOpError`` naming them
     #: (``FXMLIR_FALLBACK``).

@@ -215,6 +215,8 @@ class Settings:
     cache_dir: str | None = None
     target: str = "host"
     extensions: str | None = None
+    #: Compare every call with eager PyTorch (``config.golden``).
+    golden: bool = False
 
 
 def build(

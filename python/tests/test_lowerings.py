@@ -146,3 +146,28 @@ def test_a_broken_lowering_is_named(mlir, message):
         assert "scaled_tanh" in str(e.value)
     finally:
         lowerings.unregister("fxmlir_test::scaled_tanh")
+
+
+def _wrong_then_right(x):
+    y = torch.neg(x)
+    return torch.exp(y) + 1
+
+
+def test_the_golden_check_names_the_first_op_that_differs():
+    """``config.golden`` runs every compiled call against eager: a correct graph passes, and
+    a (deliberately wrong) row is reported at its node and source line."""
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    with fxmlir.config.patch(golden=True):
+        actual = torch.compile(_wrong_then_right, backend="fxmlir")(x)
+    torch.testing.assert_close(actual, _wrong_then_right(x))
+    lowerings.register(torch.ops.aten.neg.default, _negate_rows, origin="test")
+    try:
+        torch._dynamo.reset()
+        with fxmlir.config.patch(golden=True), pytest.raises(fxmlir.GoldenMismatch) as e:
+            torch.compile(_wrong_then_right, backend="fxmlir")(x)
+    finally:
+        lowerings.unregister(torch.ops.aten.neg.default)
+    message = str(e.value)
+    assert "output 0 differs from eager PyTorch" in message
+    assert "aten.neg.default" in message and "test_lowerings.py" in message, message
