@@ -10,7 +10,7 @@ use crate::target::Target;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -496,6 +496,44 @@ fn widened_product(dtype: &str, rows: i64, target: &str) -> PyResult<bool> {
         .is_some_and(|d| crate::lower::widened(&target, d, rows)))
 }
 
+/// The module of an interchange document after the stage `stage` (see `compile` for the other
+/// arguments): its text and its bytecode, for a plugin's executor.
+#[pyfunction]
+#[pyo3(signature = (
+    json, stage, pipeline = "default", dump_dir = None, target = "host", threads = 1,
+    extensions = None
+))]
+#[allow(clippy::too_many_arguments)]
+fn lower_to_stage(
+    py: Python<'_>,
+    json: &str,
+    stage: &str,
+    pipeline: &str,
+    dump_dir: Option<PathBuf>,
+    target: &str,
+    threads: usize,
+    extensions: Option<&str>,
+) -> PyResult<(String, Py<PyBytes>)> {
+    let target = parse_target(target, threads)?;
+    let (stages, dialects, extensions_key) = parse_extensions(extensions)?;
+    let options = Options {
+        pipeline: pipeline.to_string(),
+        dump_dir,
+        cache_dir: None,
+        target,
+        stages,
+        dialects,
+        extensions_key,
+    };
+    let (text, bytecode) = py.detach(|| {
+        guard(|| {
+            let graph = crate::Graph::from_json(json)?;
+            crate::runtime::lower_to(&graph, Some(json), &options, stage)
+        })
+    })?;
+    Ok((text, PyBytes::new(py, &bytecode).unbind()))
+}
+
 /// The MLIR type of a tensor value of `shape` and `dtype` (a torch dtype's name without
 /// `torch.`), as the lowering types graph values: `tensor<4x8xf32>`.
 #[pyfunction]
@@ -539,6 +577,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(target_info, m)?)?;
     m.add_function(wrap_pyfunction!(check_extensions, m)?)?;
     m.add_function(wrap_pyfunction!(tensor_type, m)?)?;
+    m.add_function(wrap_pyfunction!(lower_to_stage, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     Ok(())
 }

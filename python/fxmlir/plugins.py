@@ -81,6 +81,36 @@ class Plugin:
         rewrites the graph in place."""
         return []
 
+    def executor(self) -> Executor | None:
+        """The plugin's own compiler and runtime for the compiled graphs, in place of
+        fxmlir's JIT; None keeps the JIT."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    """What an executor receives: the graph's module after the executor's stage, as text
+    (with locations) and as bytecode, and the graph's inputs and outputs (interchange metas:
+    ``shape``, ``strides``, ``dtype``)."""
+
+    name: str
+    stage: str
+    mlir: str
+    bytecode: bytes
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Executor:
+    """A plugin's way to run a graph: ``build`` gets the :class:`Module` after the stage named
+    ``stage`` (no later stage runs) and returns ``run(inputs, outputs)``, which computes the
+    outputs into the tensors fxmlir allocated for them. fxmlir checks the inputs, allocates
+    the outputs and turns an exception of ``run`` into ``CallError`` naming the plugin."""
+
+    stage: str
+    build: Callable[[Module], Callable[[list[torch.Tensor], list[torch.Tensor]], None]]
+
 
 @dataclasses.dataclass(frozen=True)
 class Collected:
@@ -93,6 +123,7 @@ class Collected:
     decompositions: dict[Any, Callable | None]
     graph_passes: tuple[Callable[[torch.fx.GraphModule], None], ...]
     key: str
+    executor: Executor | None
 
 
 def _call(plugin: Plugin, hook: str, kind: type | tuple[type, ...]) -> Any:
@@ -139,6 +170,7 @@ def collect(plugin: Plugin) -> Collected:
         _call(plugin, "decompositions", dict),
         tuple(_call(plugin, "graph_passes", list)),
         key,
+        _call(plugin, "executor", (Executor, type(None))),
     )
 
 
@@ -178,6 +210,14 @@ _active: contextvars.ContextVar[tuple[Collected, ...]] = contextvars.ContextVar(
 def active() -> tuple[Collected, ...]:
     """The plugins active in this context (see :func:`activated`)."""
     return _active.get()
+
+
+def executor() -> tuple[Executor, str] | None:
+    """The executor of the last active plugin that has one, with the plugin's name."""
+    for collected in reversed(_active.get()):
+        if collected.executor is not None:
+            return collected.executor, collected.plugin.name
+    return None
 
 
 @contextlib.contextmanager

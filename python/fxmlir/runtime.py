@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -162,6 +163,11 @@ class CompiledGraph:
             results = [allocate() for allocate in self.allocators]
             pointers.extend(t.data_ptr() for t in results)
             self.kernel.run(pointers)
+        return self._outputs(args, results)
+
+    def _outputs(self, args: Sequence[Any], results: list[Any]) -> list[Any]:
+        """The graph's outputs: the computed ``results``, arguments returned as they are, and
+        values the export computed."""
         out = []
         for kind, value in self.plan.outputs:
             if kind == "kernel":
@@ -171,6 +177,83 @@ class CompiledGraph:
             else:
                 out.append(value)
         return out
+
+
+class ExecutedGraph(CompiledGraph):
+    """A graph a plugin's executor runs (see :class:`fxmlir.plugins.Executor`), behind the
+    same call contract as fxmlir's kernels: the arguments are checked against the graph's
+    inputs, the outputs allocated as recorded, and an executor that raises gives a
+    ``CallError`` naming it."""
+
+    def __init__(self, plan: Plan, run: Callable[[list[Any], list[Any]], None], origin: str):
+        super().__init__(plan, None)
+        self.run = run
+        self.origin = origin
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        values = list(self.pick(args)) if self.inputs else []
+        self._checked(values)
+        results = [allocate() for allocate in self.allocators]
+        try:
+            self.run(values, results)
+        except Exception as e:
+            raise CallError(f"{self.name}: the {self.origin} executor raised {e!r}") from e
+        return self._outputs(args, results)
+
+
+def execute(
+    plan: Plan, settings: Settings, executor: Any, origin: str
+) -> Callable[[], tuple[CompiledGraph, str]]:
+    """The graph of ``plan`` run by a plugin's ``executor``: the module after its stage (text
+    and bytecode) and the graph's signature go to the executor's ``build``, whose callable
+    runs the graph (on the calling thread: the vendor's compiler decides how to run)."""
+    if not plan.document["outputs"]:
+        return lambda: (CompiledGraph(plan, None), "compiled")
+    from .plugins import Module
+
+    text = plan.to_json(indent=1 if settings.dump_dir else None)
+    # One thread: what runs the module, and on how many threads, is the executor's to decide.
+    mlir, bytecode = _fxmlir.lower_to_stage(
+        text,
+        executor.stage,
+        settings.pipeline,
+        settings.dump_dir,
+        settings.target,
+        1,
+        settings.extensions,
+    )
+    doc = plan.document
+    module = Module(
+        doc["name"],
+        executor.stage,
+        mlir,
+        bytecode,
+        [i["meta"] for i in doc["inputs"]],
+        [_meta_of(doc, ref) for ref in doc["outputs"]],
+    )
+    # The graph without its name, which differs between identical graphs compiled apart.
+    graph = json.dumps({**doc, "name": ""}, sort_keys=True)
+    key = (origin, executor.build, executor.stage, settings.extensions, settings.target, graph)
+    run = _executed.get(key)
+    source = "memory"
+    if run is None:
+        try:
+            run = executor.build(module)
+        except Exception as e:
+            raise _fxmlir.CompileError(f"{doc['name']}: the {origin} executor raised {e!r}") from e
+        if len(_executed) >= EXECUTED_LIMIT:
+            del _executed[next(iter(_executed))]
+        _executed[key] = run
+        source = "compiled"
+    executed = ExecutedGraph(plan, run, origin)
+    return lambda: (executed, source)
+
+
+#: How many graphs an executor built this process keeps, oldest dropped first.
+EXECUTED_LIMIT = 128
+#: Executor-built graphs by what they were built from (the executor and its plugin's key, the
+#: target and the graph): an identical graph reuses its callable.
+_executed: dict[tuple, Callable[[list[Any], list[Any]], None]] = {}
 
 
 def _guard(values: Sequence[torch.Tensor]) -> Any:

@@ -83,6 +83,62 @@ def test_the_plugins_own_op_and_nothing_leaks(tmp_path):
     assert "xacc." not in _lowered(tmp_path / "without")
 
 
+def test_the_executor_runs_the_vendors_build_behind_fxmlirs_call_contract(tmp_path):
+    """XACC's executor gets the module after fxmlir's ``llvm`` stage (text and bytecode) and
+    runs it with its own toolchain; an identical graph reuses what it built; fxmlir still
+    checks the inputs, and a failing build or run is named."""
+    from fxmlir_xacc import XaccPlugin
+
+    x = torch.randn(4, 8)
+    received = []
+
+    def build(module):
+        received.append(module)
+        return toolchain.build(module)
+
+    from fxmlir_xacc import toolchain
+
+    class Recording(XaccPlugin):
+        def executor(self):
+            return plugins.Executor("llvm", build)
+
+    compile_ = plugins.backend(Recording())
+    for _ in range(2):
+        torch._dynamo.reset()
+        with fxmlir.config.patch(fallback="error"):
+            torch.testing.assert_close(torch.compile(torch.tanh, backend=compile_)(x), x.tanh())
+    assert len(received) == 1, "the second, identical graph reuses the first build"
+    (module,) = received
+    assert module.stage == "llvm" and "llvm.func" in module.mlir and module.bytecode
+    assert [m["shape"] for m in module.inputs + module.outputs] == [[4, 8], [4, 8]]
+
+    def broken_build(module):
+        raise OSError("no accelerator attached")
+
+    class NoDevice(XaccPlugin):
+        def executor(self):
+            return plugins.Executor("llvm", broken_build)
+
+    torch._dynamo.reset()
+    with fxmlir.config.patch(fallback="error"), pytest.raises(Exception) as e:
+        torch.compile(torch.tanh, backend=plugins.backend(NoDevice()))(x)
+    assert "the xacc executor raised OSError('no accelerator attached')" in str(e.value)
+
+    def failing_run(module):
+        def run(inputs, outputs):
+            raise RuntimeError("device lost")
+
+        return run
+
+    class Lost(XaccPlugin):
+        def executor(self):
+            return plugins.Executor("fusion", failing_run)
+
+    torch._dynamo.reset()
+    with pytest.raises(fxmlir.CallError, match="the xacc executor raised RuntimeError"):
+        torch.compile(torch.tanh, backend=plugins.backend(Lost()))(x)
+
+
 def test_plugin_options_are_in_the_cache_key():
     from fxmlir_xacc import XaccPlugin
 
@@ -91,8 +147,9 @@ def test_plugin_options_are_in_the_cache_key():
     for lanes in (16, 8, 16):
         torch._dynamo.reset()
         before = max((r.seq for r in backend.history), default=-1)
+        plugin = XaccPlugin(toolchain=False, lanes=lanes)
         with fxmlir.config.patch(cache_dir=None):
-            torch.compile(torch.tanh, backend=plugins.backend(XaccPlugin(lanes)))(x)
+            torch.compile(torch.tanh, backend=plugins.backend(plugin))(x)
         sources += [r.source for r in backend.history if r.seq > before]
     assert sources[1:] == ["compiled", "memory"]
 

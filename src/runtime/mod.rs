@@ -233,22 +233,87 @@ pub struct Build {
 /// directory every stage's IR and the LLVM IR are written there, so that another machine's
 /// compile can be reproduced and inspected anywhere.
 pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Build> {
+    let (objects, front) = front(graph, json, options, None, |module, dumps, front| {
+        let arg_count = graph.inputs.len() + graph.outputs.len();
+        let _s = tracing::debug_span!("jit").entered();
+        let (objects, jt) = jit::compile(module, &graph.name, arg_count, dumps, &options.target)?;
+        if let Some(d) = dumps {
+            front.dumped.push(d.path("ll"));
+        }
+        front.timings.push(("translate".to_string(), jt.translate));
+        // Wall times: a large module is optimised and compiled in parts, in parallel.
+        front.timings.push(("llvm-opt".to_string(), jt.optimize));
+        // Object emission (to which loading adds linking).
+        front.timings.push((CODEGEN.to_string(), jt.codegen));
+        Ok(objects)
+    })?;
+    Ok(Build {
+        objects,
+        timings: front.timings,
+        dumped: front.dumped,
+        warnings: front.warnings,
+    })
+}
+
+/// The module after the stage named `stage` (no later stage runs, nothing is compiled to
+/// machine code): its text, printed with locations, and its bytecode. What a plugin's
+/// executor takes (see `fxmlir.plugins.Executor`).
+pub fn lower_to(
+    graph: &Graph,
+    json: Option<&str>,
+    options: &Options,
+    stage: &str,
+) -> Result<(String, Vec<u8>)> {
+    let (module, _) = front(graph, json, options, Some(stage), |module, _, _| {
+        Ok((
+            pipeline::print_module(module),
+            melior::ir::operation::OperationLike::write_bytecode(&module.as_operation()),
+        ))
+    })?;
+    Ok(module)
+}
+
+/// What the stages of a compile leave beside the module: timings, dump files, warnings.
+#[derive(Default)]
+struct Front {
+    timings: Timings,
+    dumped: Vec<PathBuf>,
+    warnings: Vec<String>,
+}
+
+/// Lowers `graph` and runs the pipeline's stages (up to and including `stop`, when given)
+/// in a fresh context, dumping as it goes, then hands the module to `finish`.
+fn front<T>(
+    graph: &Graph,
+    json: Option<&str>,
+    options: &Options,
+    stop: Option<&str>,
+    finish: impl FnOnce(&melior::ir::Module, Option<&Dumps>, &mut Front) -> Result<T>,
+) -> Result<(T, Front)> {
     let dumps = options.dump_dir.as_ref().map(|dir| Dumps {
         dir: dir.clone(),
         graph: graph.name.clone(),
     });
-    let mut dumped = Vec::new();
+    let mut front = Front::default();
     if let (Some(d), Some(text)) = (&dumps, json) {
-        dumped.push(d.write("fx.json", text)?);
+        front.dumped.push(d.write("fx.json", text)?);
     }
-    let stages = pipeline::edited(&options.pipeline, &options.stages)?;
-    let mut timings = Timings::new();
+    let mut stages = pipeline::edited(&options.pipeline, &options.stages)?;
+    if let Some(stop) = stop {
+        let last = stages.iter().position(|s| s.name == stop).ok_or_else(|| {
+            Error::PassPipeline {
+                pipeline: options.pipeline.clone(),
+                message: format!("no stage `{stop}` to stop after"),
+            }
+        })?;
+        stages.truncate(last + 1);
+    }
 
     let start = Instant::now();
     let context = crate::context::new_context()?;
     // Alive as long as the context, which refers to the dialects they define.
     let _dialects = crate::context::load_dialects(&context, &options.dialects)?;
-    timings.push(("context".to_string(), start.elapsed()));
+    front.timings.push(("context".to_string(), start.elapsed()));
 
     let start = Instant::now();
     let mut module = {
@@ -256,9 +321,11 @@ pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Bui
         crate::lower::lower_graph(&context, graph, &options.target)?
     };
     pipeline::verify(&context, &module, &graph.name)?;
-    timings.push(("lower".to_string(), start.elapsed()));
+    front.timings.push(("lower".to_string(), start.elapsed()));
     if let Some(d) = &dumps {
-        dumped.push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
+        front
+            .dumped
+            .push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
     }
 
     let ran = pipeline::run_stages(
@@ -269,41 +336,22 @@ pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Bui
         1,
         &options.target,
     )?;
-    timings.extend(ran.timings);
+    front.timings.extend(ran.timings);
+    front.warnings = ran.skipped;
     if let Some(d) = &dumps {
         for (i, stage) in stages.iter().enumerate() {
             // Written unless the transform script could not be built.
             let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
             if stage.hook.has_script() && transform.exists() {
-                dumped.push(transform);
+                front.dumped.push(transform);
             }
-            dumped.push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
+            front
+                .dumped
+                .push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
         }
     }
-
-    let arg_count = graph.inputs.len() + graph.outputs.len();
-    let _s = tracing::debug_span!("jit").entered();
-    let (objects, jt) = jit::compile(
-        &module,
-        &graph.name,
-        arg_count,
-        dumps.as_ref(),
-        &options.target,
-    )?;
-    if let Some(d) = &dumps {
-        dumped.push(d.path("ll"));
-    }
-    timings.push(("translate".to_string(), jt.translate));
-    // Wall times: a large module is optimised and compiled in parts, in parallel.
-    timings.push(("llvm-opt".to_string(), jt.optimize));
-    // Object emission (to which loading adds linking).
-    timings.push((CODEGEN.to_string(), jt.codegen));
-    Ok(Build {
-        objects,
-        timings,
-        dumped,
-        warnings: ran.skipped,
-    })
+    let value = finish(&module, dumps.as_ref(), &mut front)?;
+    Ok((value, front))
 }
 
 /// [`build`], then links the objects into a kernel and stores them in the disk cache (if

@@ -1,7 +1,9 @@
 """XACC, a pretend accelerator's fxmlir plugin: its own dialect (``xacc.irdl.mlir``), the ops it
 takes (``aten.tanh`` on f32, and its own ``xacc::scaled_tanh``) lowered into that dialect, and a
-stage that lowers the dialect to upstream ops (``xacc_to_upstream.pdl.mlir``, PDL patterns) so
-that fxmlir's JIT runs it. Everything else in a graph goes through fxmlir's own lowerings.
+stage that lowers the dialect to upstream ops (``xacc_to_upstream.pdl.mlir``, PDL patterns), and
+its own toolchain to build and run the result (:mod:`fxmlir_xacc.toolchain`: the module after
+fxmlir's pipeline, through mlir-translate and clang). Everything else in a graph goes through
+fxmlir's own lowerings.
 
     torch.compile(model, backend="xacc")          # its own backend name
     fxmlir.config.plugins = ["xacc"]               # or active on the fxmlir backend
@@ -14,6 +16,8 @@ import pathlib
 import fxmlir
 import torch
 from fxmlir.lowerings import Call, Lowering
+
+from . import toolchain
 
 HERE = pathlib.Path(__file__).parent
 
@@ -59,13 +63,20 @@ def _f32(node: torch.fx.Node) -> bool:
 
 
 class XaccPlugin(fxmlir.plugins.Plugin):
+    """``toolchain``: run graphs with XACC's own toolchain (:mod:`fxmlir_xacc.toolchain`), else
+    with fxmlir's JIT; ``lanes`` stands for a setting of the accelerator that changes the code."""
+
     name = "xacc"
 
-    def __init__(self, lanes: int = 16):
+    def __init__(self, toolchain: bool = True, lanes: int = 16):
+        self.toolchain = toolchain
         self.lanes = lanes
 
     def options(self) -> dict:
-        return {"lanes": self.lanes}
+        return {"toolchain": self.toolchain, "lanes": self.lanes}
+
+    def executor(self) -> fxmlir.plugins.Executor | None:
+        return toolchain.EXECUTOR if self.toolchain else None
 
     def dialects(self) -> list[str]:
         return [str(HERE / "xacc.irdl.mlir")]
