@@ -300,12 +300,14 @@ fn front<T>(
     }
     let mut stages = pipeline::edited(&options.pipeline, &options.stages)?;
     if let Some(stop) = stop {
-        let last = stages.iter().position(|s| s.name == stop).ok_or_else(|| {
-            Error::PassPipeline {
-                pipeline: options.pipeline.clone(),
-                message: format!("no stage `{stop}` to stop after"),
-            }
-        })?;
+        let last =
+            stages
+                .iter()
+                .position(|s| s.name == stop)
+                .ok_or_else(|| Error::PassPipeline {
+                    pipeline: options.pipeline.clone(),
+                    message: format!("no stage `{stop}` to stop after"),
+                })?;
         stages.truncate(last + 1);
     }
 
