@@ -370,11 +370,17 @@ def _checked_extensions(
     active = plugins.active()
     added = stages.extensions(
         [*edits, *(e for c in active for e in c.stages)],
-        [*dialects, *(d for c in active for d in c.dialects)],
+        [*dialects, *((f"plugin `{c.plugin.name}`", d) for c in active for d in c.dialects)],
         "\n".join(c.key for c in active),
     )
     if added is not None:
-        _fxmlir.check_extensions(pipeline, added)
+        try:
+            _fxmlir.check_extensions(pipeline, added)
+        except _fxmlir.CompileError as e:
+            if not active:
+                raise
+            names = ", ".join(f"`{c.plugin.name}`" for c in active)
+            raise _fxmlir.CompileError(f"{e} (with the stages of plugins {names})") from e
     return added
 
 

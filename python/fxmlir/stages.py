@@ -58,15 +58,22 @@ class StageEdit:
     stage: Stage
 
 
-def _dialect(entry: str) -> dict[str, str]:
-    """A dialect of ``config.dialects``: a file holding IRDL, or the IRDL text itself."""
+def _dialect(entry: str | tuple[str, str]) -> dict[str, str]:
+    """A dialect: a file holding IRDL, or the IRDL text itself, optionally with who gave it
+    (``(origin, entry)``, e.g. a plugin); errors name the file or that origin."""
+    origin, entry = entry if isinstance(entry, tuple) else ("fxmlir.config.dialects", entry)
     if os.path.isfile(entry):
         with open(entry) as f:
-            return {"source": entry, "irdl": f.read()}
-    return {"source": "fxmlir.config.dialects", "irdl": entry}
+            return {
+                "source": entry if origin.startswith("fxmlir.") else f"{origin}: {entry}",
+                "irdl": f.read(),
+            }
+    return {"source": origin, "irdl": entry}
 
 
-def extensions(stages: Sequence[StageEdit], dialects: Sequence[str], key: str = "") -> str | None:
+def extensions(
+    stages: Sequence[StageEdit], dialects: Sequence[str | tuple[str, str]], key: str = ""
+) -> str | None:
     """What ``_fxmlir.compile`` takes as ``extensions``: the edits, the dialects and what
     else changes the code (``key``: the active plugins and their options) as JSON; ``None``
     when there are none."""

@@ -192,7 +192,7 @@ class _RaisingPass(_Broken):
         (_OldApi(), "plugin `broken`: written for plugin API 2, this fxmlir implements 1"),
         (_RaisingStages(), "plugin `broken`: hook `stages` raised RuntimeError('no stages today')"),
         (_WrongLowerings(), "plugin `broken`: hook `lowerings` gave 'aten.tanh.default'"),
-        (_BadDialect(), "dialect from fxmlir.config.dialects: does not parse"),
+        (_BadDialect(), "dialect from plugin `broken`: does not parse"),
         (_RaisingPass(), "plugin `broken`: graph pass 'fails' raised ValueError('cannot rewrite')"),
     ],
 )
