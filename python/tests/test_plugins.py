@@ -212,3 +212,37 @@ def test_a_plugin_that_fails_to_import_is_named():
     )
     with pytest.raises(plugins.PluginError, match="plugin `ghost`: cannot import"):
         plugins.load_entry_point(entry_point)
+
+
+class _TanhBySigmoid(plugins.Plugin):
+    """Decomposes tanh (fxmlir lowers it whole) into a sigmoid, and counts the graphs its
+    pass sees."""
+
+    name = "tanh-by-sigmoid"
+
+    def __init__(self):
+        self.graphs = 0
+
+    def decompositions(self):
+        return {torch.ops.aten.tanh.default: lambda x: 2 * torch.sigmoid(2 * x) - 1}
+
+    def graph_passes(self):
+        def count(gm):
+            self.graphs += 1
+
+        return [count]
+
+
+def test_a_plugins_decompositions_and_passes_apply(tmp_path):
+    import json
+
+    plugin = _TanhBySigmoid()
+    x = torch.randn(3, 5)
+    torch._dynamo.reset()
+    with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
+        actual = torch.compile(torch.tanh, backend=plugins.backend(plugin))(x)
+    torch.testing.assert_close(actual, torch.tanh(x), rtol=1e-5, atol=1e-6)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    targets = [n["target"] for n in document["nodes"]]
+    assert "aten.sigmoid.default" in targets and "aten.tanh.default" not in targets, targets
+    assert plugin.graphs == 1
