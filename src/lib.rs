@@ -5,6 +5,7 @@
 //! [`jit`] (LLVM IR, O2 for the target, machine code) → [`runtime`] (zero-copy calls). The
 //! [`target`] (the CPU a compile is for) is an input to every layer, never read deep inside.
 
+pub mod cli;
 pub mod context;
 pub mod dumps;
 pub mod error;

@@ -34,24 +34,10 @@ struct Cli {
     /// List the named pipelines and exit.
     #[arg(long)]
     list_pipelines: bool,
-    /// The CPU to compile for: `host`, a named CPU (`znver4`, `skylake-avx512`, `x86-64-v3`)
-    /// or either with changes (`host,-avx512bf16`, `x86-64-v4,+avx512bf16,l2=1M`). Default:
-    /// the target a module records (`fxmlir.target`, as every dump does), else
-    /// `FXMLIR_TARGET`, else the host.
-    #[arg(long)]
-    target: Option<String>,
-    /// Threads the `parallel` stage splits large ops across (unless the target says
-    /// `threads=`).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Add a stage to the named pipeline: `PLACEMENT:ANCHOR:NAME:KIND=VALUE`, e.g.
-    /// `after:fusion:cse:passes=builtin.module(cse)`, `before:llvm:mine:pdl=patterns.mlir`,
-    /// `replace:parallel:tile:transform=script.mlir`. Repeatable; applied in order.
-    #[arg(long = "add-stage")]
-    add_stage: Vec<String>,
-    /// Load a dialect defined in IRDL before parsing the input. Repeatable.
-    #[arg(long = "irdl-file")]
-    irdl_file: Vec<PathBuf>,
+    #[command(flatten)]
+    target: fxmlir::cli::TargetArgs,
+    #[command(flatten)]
+    extensions: fxmlir::cli::ExtensionArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -76,11 +62,11 @@ fn run(cli: Cli) -> Result<bool> {
         }
         return Ok(true);
     }
-    if !cli.add_stage.is_empty() && cli.pipeline.is_none() {
+    if !cli.extensions.add_stage.is_empty() && cli.pipeline.is_none() {
         anyhow::bail!("--add-stage edits a named pipeline: give it with --pipeline");
     }
     // A bad `--target` is one error, not one per chunk.
-    if let Some(spec) = &cli.target {
+    if let Some(spec) = &cli.target.target {
         Target::parse(spec)?;
     }
     let mut text = String::new();
@@ -110,28 +96,16 @@ fn run(cli: Cli) -> Result<bool> {
     Ok(ok)
 }
 
-/// The target `--target` names, else the one `module` records, else `FXMLIR_TARGET`, else
-/// the host; with `--threads`.
+/// The target of a chunk: `--target`, else the one `module` records, else `FXMLIR_TARGET`,
+/// else the host.
 fn target(cli: &Cli, module: Option<&Module>) -> Result<Target> {
     let recorded = module.and_then(fxmlir::lower::recorded_target);
-    let target = match cli.target.as_deref().or(recorded.as_deref()) {
-        Some(spec) => Target::parse(spec)?,
-        None => Target::from_env()?,
-    };
-    Ok(match cli.threads {
-        Some(n) => target.with_threads(n),
-        None => target,
-    })
+    Ok(cli.target.target(recorded.as_deref())?)
 }
 
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context()?;
-    let dialects = cli
-        .irdl_file
-        .iter()
-        .map(|path| fxmlir::context::Dialect::from_file(path))
-        .collect::<fxmlir::Result<Vec<_>>>()?;
-    let _dialects = fxmlir::context::load_dialects(&context, &dialects)?;
+    let _dialects = fxmlir::context::load_dialects(&context, &cli.extensions.dialects()?)?;
     let mut module = if cli.import {
         // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
         // blanked rather than dropped so that parse errors report the file's own lines.
@@ -157,11 +131,7 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
     };
     if let Some(name) = &cli.pipeline {
         let target = target(cli, Some(&module))?;
-        let edits = cli
-            .add_stage
-            .iter()
-            .map(|spec| pipeline::StageEdit::parse(spec))
-            .collect::<fxmlir::Result<Vec<_>>>()?;
+        let edits = cli.extensions.stages()?;
         let ran = pipeline::run_stages(
             &context,
             &mut module,

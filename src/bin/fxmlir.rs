@@ -67,21 +67,10 @@ struct CompileArgs {
     /// default, so that the timings are a compile's; an empty value turns it off).
     #[arg(long, env = "FXMLIR_CACHE_DIR")]
     cache_dir: Option<std::ffi::OsString>,
-    /// The CPU to compile for: `host`, a named CPU (`znver4`, `skylake-avx512`, `x86-64-v3`)
-    /// or either with changes (`host,-avx512bf16`, `x86-64-v4,+avx512bf16,l2=1M`). Default:
-    /// `FXMLIR_TARGET`, else the host.
-    #[arg(long)]
-    target: Option<String>,
-    /// Threads the kernel splits its large loops across (unless the target says `threads=`).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Add a stage to the pipeline: `PLACEMENT:ANCHOR:NAME:KIND=VALUE` (see
-    /// `fxmlir-opt --help`). Repeatable; applied in order.
-    #[arg(long = "add-stage")]
-    add_stage: Vec<String>,
-    /// Load a dialect defined in IRDL into the compile. Repeatable.
-    #[arg(long = "irdl-file")]
-    irdl_file: Vec<PathBuf>,
+    #[command(flatten)]
+    target: fxmlir::cli::TargetArgs,
+    #[command(flatten)]
+    extensions: fxmlir::cli::ExtensionArgs,
 }
 
 impl CompileArgs {
@@ -94,32 +83,21 @@ impl CompileArgs {
                 .clone()
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from),
-            target: cli_target(self.target.as_deref(), self.threads)?,
-            stages: self
-                .add_stage
-                .iter()
-                .map(|spec| fxmlir::pipeline::StageEdit::parse(spec))
-                .collect::<fxmlir::Result<_>>()?,
-            dialects: self
-                .irdl_file
-                .iter()
-                .map(|path| fxmlir::context::Dialect::from_file(path))
-                .collect::<fxmlir::Result<_>>()?,
+            target: self.target.target(None)?,
+            stages: self.extensions.stages()?,
+            dialects: self.extensions.dialects()?,
             extensions_key: String::new(),
         })
     }
 }
 
-/// The target `--target` names (else `FXMLIR_TARGET`, else the host), with `--threads`.
-fn cli_target(spec: Option<&str>, threads: Option<usize>) -> Result<fxmlir::Target> {
-    let target = match spec {
-        Some(spec) => fxmlir::Target::parse(spec)?,
-        None => fxmlir::Target::from_env()?,
+/// The target a spec names, else `FXMLIR_TARGET`'s, else the host.
+fn chosen_target(spec: Option<String>) -> Result<fxmlir::Target> {
+    let args = fxmlir::cli::TargetArgs {
+        target: spec,
+        threads: None,
     };
-    Ok(match threads {
-        Some(n) => target.with_threads(n),
-        None => target,
-    })
+    Ok(args.target(None)?)
 }
 
 fn load(file: &PathBuf) -> Result<(Graph, String)> {
@@ -144,7 +122,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Import { file, target } => {
             let (graph, _) = load(&file)?;
-            let target = cli_target(target.as_deref(), None)?;
+            let target = chosen_target(target)?;
             let context = fxmlir::context::new_context()?;
             let module = fxmlir::lower::lower_graph(&context, &graph, &target)?;
             fxmlir::pipeline::verify(&context, &module, &graph.name)?;
@@ -178,7 +156,7 @@ fn run(cli: Cli) -> Result<()> {
             run_random(&compiled, &graph, seed, repeat)?;
         }
         Command::Target { spec } => {
-            let target = cli_target(spec.as_deref(), None)?;
+            let target = chosen_target(spec)?;
             println!("target: {}", target.summary());
             println!("spec: {}", target.describe());
             println!(
