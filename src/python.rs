@@ -234,7 +234,6 @@ fn compile(
     extensions: Option<&str>,
 ) -> PyResult<Compilation> {
     let target = parse_target(target, threads)?;
-    target.check_runs_here().map_err(to_py)?;
     let (stages, dialects, extensions_key) = parse_extensions(extensions)?;
     let options = Options {
         pipeline: pipeline.to_string(),

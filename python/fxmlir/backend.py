@@ -172,8 +172,7 @@ class GraphCompiler:
         # The thread count is read here: with OpenMP it is a setting of the calling thread.
         threads = torch.get_num_threads()
         self.target_spec = _fxmlir.target_info(self.settings.target, threads)["spec"]
-        with plugins.restored(self.plugins):
-            vendor = plugins.executor()
+        vendor = plugins.executor(self.plugins)
         if vendor is not None:
             return runtime.execute(plan, self.settings, *vendor)
         return runtime.build(plan, self.settings, threads, background, low_priority)

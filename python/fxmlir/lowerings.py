@@ -59,15 +59,15 @@ class Lowering:
 _rows: dict[str, Lowering] = {}
 _lock = threading.Lock()
 #: Rows active in this context only (an active plugin's), ahead of the registered ones.
-_scoped: contextvars.ContextVar[tuple[tuple[str, Lowering], ...]] = contextvars.ContextVar(
-    "fxmlir_lowerings", default=()
+_scoped: contextvars.ContextVar[dict[str, Lowering] | None] = contextvars.ContextVar(
+    "fxmlir_lowerings", default=None
 )
 
 
 @contextlib.contextmanager
 def scoped(rows: dict[str, Lowering]) -> Iterator[None]:
     """Makes ``rows`` (op → row) override the registered rows for what runs inside."""
-    token = _scoped.set((*_scoped.get(), *rows.items()))
+    token = _scoped.set({**(_scoped.get() or {}), **rows})
     try:
         yield
     finally:
@@ -107,7 +107,7 @@ def unregister(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) ->
 
 def registered() -> frozenset[str]:
     """The ops with a Python lowering (registered, or active in this context)."""
-    return frozenset(_rows) | frozenset(op for op, _ in _scoped.get())
+    return frozenset(_rows) | frozenset(_scoped.get() or ())
 
 
 def lowering_for(node: torch.fx.Node) -> Lowering | None:
@@ -115,7 +115,8 @@ def lowering_for(node: torch.fx.Node) -> Lowering | None:
     an error naming the row's origin."""
     if node.op != "call_function":
         return None
-    row = dict(_scoped.get()).get(str(node.target)) or _rows.get(str(node.target))
+    op = str(node.target)
+    row = (_scoped.get() or {}).get(op) or _rows.get(op)
     if row is None or row.supports is None:
         return row
     try:

@@ -212,9 +212,9 @@ def active() -> tuple[Collected, ...]:
     return _active.get()
 
 
-def executor() -> tuple[Executor, str] | None:
-    """The executor of the last active plugin that has one, with the plugin's name."""
-    for collected in reversed(_active.get()):
+def executor(collected_plugins: tuple[Collected, ...]) -> tuple[Executor, str] | None:
+    """The executor of the last of ``collected_plugins`` that has one, with its name."""
+    for collected in reversed(collected_plugins):
         if collected.executor is not None:
             return collected.executor, collected.plugin.name
     return None
