@@ -222,12 +222,39 @@ impl Dialect {
     }
 }
 
-/// Loads `dialects` into `context`, so that their ops parse, verify and print. Returns the
-/// IRDL modules, which must live as long as the context uses the dialects. A module that does
-/// not parse or define a valid dialect is an error naming its source.
+/// fxmlir's own dialect (`dialects/fxmlir.irdl.mlir`): the ops that stand for a node lowered
+/// whole, expanded by the `expand` stage.
+pub const FXMLIR_DIALECT: &str = include_str!("../dialects/fxmlir.irdl.mlir");
+
+/// The file name under which dumps write fxmlir's dialect beside them.
+pub const FXMLIR_DIALECT_FILE: &str = "fxmlir.irdl.mlir";
+
+/// fxmlir's own dialect as a [`Dialect`].
+pub fn fxmlir_dialect() -> Dialect {
+    Dialect {
+        source: "fxmlir (dialects/fxmlir.irdl.mlir)".to_string(),
+        irdl: FXMLIR_DIALECT.to_string(),
+    }
+}
+
+/// One IRDL module defining fxmlir's own dialect and `dialects`: what stock
+/// `mlir-opt --irdl-file=…` (which takes one file) needs to parse a module that uses them.
+pub fn irdl_of(dialects: &[Dialect]) -> String {
+    std::iter::once(&fxmlir_dialect())
+        .chain(dialects)
+        .map(|d| format!("// From {}\n{}", d.source, d.irdl.trim_end()))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        + "\n"
+}
+
+/// Loads fxmlir's own dialect and `dialects` into `context`, so that their ops parse, verify
+/// and print. Returns the IRDL modules, which must live as long as the context uses the
+/// dialects. A module that does not parse or define a valid dialect is an error naming its
+/// source.
 pub fn load_dialects<'c>(context: &'c Context, dialects: &[Dialect]) -> Result<Vec<Module<'c>>> {
-    dialects
-        .iter()
+    std::iter::once(&fxmlir_dialect())
+        .chain(dialects)
         .map(|dialect| {
             let invalid = |message: String| Error::Dialect {
                 origin: dialect.source.clone(),

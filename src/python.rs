@@ -337,6 +337,7 @@ fn import_graph(json: String, target: &str) -> PyResult<String> {
     guard(|| {
         let graph = crate::Graph::from_json(&json)?;
         let context = crate::context::new_context()?;
+        let _dialects = crate::context::load_dialects(&context, &[])?;
         let module = crate::lower::lower_graph(&context, &graph, &target)?;
         crate::pipeline::verify(&context, &module, &graph.name)?;
         Ok(crate::pipeline::print_module(&module))

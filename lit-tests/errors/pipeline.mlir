@@ -3,7 +3,7 @@
 // RUN: not fxmlir-opt --pass-pipeline='builtin.module(canonicalize' %s 2>&1 | FileCheck %s --check-prefix=UNBALANCED
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: env TMPDIR=%t not fxmlir-opt --pipeline default %s 2>&1 | FileCheck %s --check-prefix=STAGE
-// RUN: not mlir-opt --pass-pipeline='builtin.module(eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)' \
+// RUN: not mlir-opt --irdl-file %t/fxmlir-repro/*.irdl.mlir --pass-pipeline='builtin.module(eliminate-empty-tensors,one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},canonicalize,cse,buffer-deallocation-pipeline,canonicalize)' \
 // RUN:   %t/fxmlir-repro/*.bufferize.repro.mlir 2>&1 | FileCheck %s --check-prefix=REPRO
 // RUN: echo 'func.func @f(' | not fxmlir-opt --pipeline fusion 2>&1 | FileCheck %s --check-prefix=PARSE
 
@@ -11,7 +11,7 @@
 // reported with MLIR's parser message; a failing stage names the stage, carries the diagnostics
 // with their locations, and writes its input as a reproducer that stock mlir-opt replays.
 
-// NAMED: fxmlir-opt: error: invalid pass pipeline `no-such-pipeline`: no such named pipeline; known: default, fusion, schedule, parallel, bufferize, loops, outline, llvm, to-llvm
+// NAMED: fxmlir-opt: error: invalid pass pipeline `no-such-pipeline`: no such named pipeline; known: default, expand, fusion, schedule, parallel, bufferize, loops, outline, llvm, to-llvm
 
 // UNKNOWN-PASS: fxmlir-opt: error: invalid pass pipeline `builtin.module(no-such-pass)`: failed to parse pass pipeline:
 // UNKNOWN-PASS: 'no-such-pass' does not refer to a registered pass or pass pipeline
@@ -32,4 +32,4 @@ func.func @unbufferizable(%arg0: memref<4xf32>, %arg1: memref<4xf32>) {
 }
 
 // STAGE: reproduce with:
-// STAGE-NEXT: mlir-opt --pass-pipeline='builtin.module(one-shot-bufferize{{.*}})' {{.*}}fxmlir-repro{{.*}}.bufferize.repro.mlir
+// STAGE-NEXT: mlir-opt --irdl-file={{.*}}fxmlir-repro{{.*}}.irdl.mlir --pass-pipeline='builtin.module(one-shot-bufferize{{.*}})' {{.*}}fxmlir-repro{{.*}}.bufferize.repro.mlir

@@ -14,10 +14,12 @@ overload or a ``torch.library`` custom op whose lowering is MLIR text, built per
 The text is one ``func.func`` taking the node's tensor arguments in order (scalar arguments
 are the lowering's to bake into the text: ``call.node.args``) and returning its outputs. Its
 body may use upstream dialects or one loaded in IRDL (``fxmlir.config.dialects``); a stage
-(``fxmlir.config.stages``) lowers such ops to upstream ones. fxmlir copies the body in place
-of the node, each op at the node's location. A row overrides fxmlir's own for its op, takes
-the op out of the decomposition table so it reaches the graph whole, and ``supports`` (a
-predicate on the FX node) decides which nodes it takes: the others stay with fxmlir's row or
+(``fxmlir.config.stages``) lowers such ops to upstream ones. The node becomes
+``fxmlir.external`` (fxmlir's dialect, ``dialects/fxmlir.irdl.mlir``) whose decomposition is
+the function, each op at the node's location; the ``expand`` stage inlines it. A row overrides
+fxmlir's own for its op, takes the op out of the decomposition table so it reaches the graph
+whole, and ``supports`` (a predicate on the FX node) decides which nodes it takes: the others
+stay with fxmlir's row or
 run eagerly, exactly as the partitioner treats fxmlir's own rows.
 """
 

@@ -171,7 +171,7 @@ def test_bf16_attention_runs_on_dot_products(tmp_path):
         actual = torch.compile(attention, backend="fxmlir")(q, k, v, mask)
         expected = attention(q, k, v, mask)
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
-    (schedule,) = [p.read_text() for p in tmp_path.glob("*.01-schedule.transform.mlir")]
+    (schedule,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir")]
     # [batch x] rows x reduction pairs x columns, as the schedule names its products.
     assert "batch_matmul 8x40x16x48 bf16 pairs" in schedule
     assert "batch_matmul 8x40x19x32 bf16 pairs" in schedule

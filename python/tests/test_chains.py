@@ -90,7 +90,7 @@ def test_chain_matches_eager(name, threads, tmp_path):
     fn, shapes, dtype, folds = CASES[name]
     actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path, fallback="error")
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
-    scheduled = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.mlir"))
+    scheduled = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.mlir"))
     assert "vector.contract" in scheduled, "the product was not scheduled"
     if folds:
         assert "linalg.generic" not in scheduled, "an elementwise op stayed out of the epilogue"
@@ -109,7 +109,7 @@ def test_epilogue_math_calls_vector_functions(name, tmp_path):
     with torch.no_grad():
         with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
             torch.compile(fn, backend="fxmlir")(*args)
-    loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.06-loops.mlir"))
+    loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.07-loops.mlir"))
     suffix = "f" if dtype == torch.float32 else ""
     called = set(re.findall(rf"call @_ZGV[bde]N\d+v+_([a-z0-9]+){suffix}\(", loops))
     expected = {

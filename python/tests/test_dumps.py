@@ -10,15 +10,15 @@ import torch
 
 STAGES = [
     "00-input",
-    "01-schedule.transform",
-    "01-schedule",
-    "02-fusion",
-    "03-parallel.transform",
-    "03-parallel",
-    "04-bufferize",
-    "05-outline",
-    "06-loops",
-    "07-llvm",
+    "02-schedule.transform",
+    "02-schedule",
+    "03-fusion",
+    "04-parallel.transform",
+    "04-parallel",
+    "05-bufferize",
+    "06-outline",
+    "07-loops",
+    "08-llvm",
 ]
 # The schedule stage's pass pipeline; its input dump (transform script inside) replays with it.
 SCHEDULE_PIPELINE = "builtin.module(transform-interpreter,inline{default-pipeline=},canonicalize)"
@@ -41,7 +41,7 @@ def test_dumps_parse_with_mlir_opt_and_replay(tmp_path, mlir_opt, fxmlir_cli):
             path = tmp_path / f"{graph}.{stage}.mlir"
             out = subprocess.run([mlir_opt, path], capture_output=True, text=True)
             assert out.returncode == 0, f"{path}: {out.stderr}"
-        transform = tmp_path / f"{graph}.01-schedule.transform.mlir"
+        transform = tmp_path / f"{graph}.02-schedule.transform.mlir"
         assert "transform.named_sequence" in transform.read_text()
         out = subprocess.run(
             [mlir_opt, f"--pass-pipeline={SCHEDULE_PIPELINE}", transform],
@@ -50,7 +50,7 @@ def test_dumps_parse_with_mlir_opt_and_replay(tmp_path, mlir_opt, fxmlir_cli):
         )
         assert out.returncode == 0, f"{transform}: {out.stderr}"
         assert "vector.contract" in out.stdout
-        assert "vector.contract" in (tmp_path / f"{graph}.01-schedule.mlir").read_text()
+        assert "vector.contract" in (tmp_path / f"{graph}.02-schedule.mlir").read_text()
         replay = subprocess.run(
             [fxmlir_cli, "run", tmp_path / f"{graph}.fx.json"], capture_output=True, text=True
         )
@@ -68,6 +68,6 @@ def test_dump_dir_from_environment_and_log_from_python(tmp_path):
     env = dict(os.environ, FXMLIR_DUMP_DIR=str(tmp_path), FXMLIR_LOG="debug")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert list(tmp_path.glob("*.07-llvm.mlir"))
+    assert list(tmp_path.glob("*.08-llvm.mlir"))
     for needle in ("fusion", "bufferize", "llvm-opt", "compiled graph"):
         assert needle in out.stderr, out.stderr

@@ -70,13 +70,20 @@ def test_a_custom_op_lowers_into_a_dialect_of_ones_own(xacc, tmp_path, mlir_opt)
     text = lowered.read_text()
     assert '"xacc.tanh"' in text
     assert "fxmlir_test.scaled_tanh.default" in text, "the op's location names the node"
-    # Stock mlir-opt reads the dump with the dialect's IRDL file.
+    # The node is fxmlir's boundary op, naming the op and who lowered it.
+    assert '"fxmlir.external"' in text and 'op = "fxmlir_test.scaled_tanh.default"' in text
+    # Stock mlir-opt reads the dump with the IRDL written beside it (fxmlir's dialect and
+    # xacc's), as the dump's first line says.
+    graph = lowered.name.split(".")[0]
+    irdl = lowered.with_name(f"{graph}.irdl.mlir")
+    assert text.splitlines()[0].endswith(f"mlir-opt --irdl-file={irdl.name} <this file>")
+    assert "irdl.dialect @xacc" in irdl.read_text()
     subprocess.run(
-        [str(mlir_opt), f"--irdl-file={XACC_IRDL}", str(lowered)],
+        [str(mlir_opt), f"--irdl-file={irdl}", str(lowered)],
         check=True,
         capture_output=True,
     )
-    (upstream,) = tmp_path.glob("*.02-xacc-to-upstream.mlir")
+    (upstream,) = tmp_path.glob("*.03-xacc-to-upstream.mlir")
     assert "xacc." not in upstream.read_text()
 
 

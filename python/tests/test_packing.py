@@ -49,7 +49,7 @@ def test_packed_products_match_eager(name, threads, tmp_path):
     rtol, atol = TOLERANCE[dtype]
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     scripts = "".join(
-        p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.transform.mlir")
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
     )
     assert ", right operand packed" in scripts, "the product was not packed"
     assert "transform.structured.hoist_pad" in scripts
@@ -62,7 +62,7 @@ def test_one_row_reads_the_right_operand_in_place(tmp_path):
     actual, expected = compiled_and_eager(fn, [(1, 2048), (2048, 1024)], torch.float32, tmp_path)
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-3)
     scripts = "".join(
-        p.read_text() for p in pathlib.Path(tmp_path).glob("*.01-schedule.transform.mlir")
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
     )
     assert re.search(r'matmul 1x2048x1024 f32: [^"]*k block \d+,', scripts)
     assert "hoist_pad" not in scripts

@@ -61,7 +61,7 @@ def test_split_ops_match_eager(name, two_threads, tmp_path):
     llvm_ir = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.ll"))
     assert "__kmpc_fork_call" in llvm_ir, "no op was split across threads"
     if name in TRANSPOSED_IN_REGISTERS:
-        loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.06-loops.mlir"))
+        loops = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.07-loops.mlir"))
         assert loops.count("vector.shuffle") >= 64, "the transpose was not done in registers"
 
 

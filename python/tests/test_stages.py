@@ -39,9 +39,9 @@ def test_a_pdl_stage_rewrites_every_compile(tmp_path):
     stage = fxmlir.Stage("sine", pdl=TANH_TO_SIN)
     actual = _compiled(_tanh_product, (a, b), tmp_path, stages=[stage.after("fusion")])
     torch.testing.assert_close(actual, torch.sin(a @ b) * 2, rtol=1e-5, atol=1e-5)
-    (dump,) = tmp_path.glob("*.03-sine.mlir")
+    (dump,) = tmp_path.glob("*.04-sine.mlir")
     assert "math.sin" in dump.read_text() and "math.tanh" not in dump.read_text()
-    assert "math.tanh" in next(tmp_path.glob("*.02-fusion.mlir")).read_text()
+    assert "math.tanh" in next(tmp_path.glob("*.03-fusion.mlir")).read_text()
 
 
 def test_a_transform_stage_runs_its_script(tmp_path):
@@ -51,11 +51,11 @@ def test_a_transform_stage_runs_its_script(tmp_path):
     stage = fxmlir.Stage("generalize", transform=GENERALIZE)
     actual = _compiled(_tanh_product, (a, b), tmp_path, stages=[stage.before("schedule")])
     torch.testing.assert_close(actual, _tanh_product(a, b), rtol=1e-5, atol=1e-5)
-    (dump,) = tmp_path.glob("*.01-generalize.mlir")
+    (dump,) = tmp_path.glob("*.02-generalize.mlir")
     text = dump.read_text()
     assert "linalg.matmul" not in text and "linalg.generic" in text
     assert "transform." not in text, "the script is erased after the stage"
-    assert next(tmp_path.glob("*.01-generalize.transform.mlir")).exists()
+    assert next(tmp_path.glob("*.02-generalize.transform.mlir")).exists()
 
 
 def test_a_stage_replaces_one_of_fxmlirs(tmp_path):
@@ -64,7 +64,7 @@ def test_a_stage_replaces_one_of_fxmlirs(tmp_path):
     actual = _compiled(_tanh_product, (a, b), tmp_path, stages=[stage.replacing("parallel")])
     torch.testing.assert_close(actual, _tanh_product(a, b), rtol=1e-5, atol=1e-5)
     stages = sorted(p.name.split(".")[1] for p in tmp_path.glob("*.0[0-9]-*.mlir"))
-    assert "03-serial" in stages and not any(s.endswith("-parallel") for s in stages), stages
+    assert "04-serial" in stages and not any(s.endswith("-parallel") for s in stages), stages
 
 
 def test_stages_are_part_of_the_cache_key():

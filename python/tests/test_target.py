@@ -82,7 +82,7 @@ def test_the_kernel_is_compiled_for_the_target(tmp_path):
     assert [g.target for g in report.graphs] == [spec]
     (lowered,) = tmp_path.glob("*.00-input.mlir")
     assert f'fxmlir.target = "{spec}"' in lowered.read_text()
-    (script,) = tmp_path.glob("*.01-schedule.transform.mlir")
+    (script,) = tmp_path.glob("*.02-schedule.transform.mlir")
     assert "tile 4x16" in script.read_text(), "16 ymm registers: 4 rows of two 8-lane vectors"
     (llvm,) = [p for p in tmp_path.glob("*.ll") if "unoptimized" not in p.name]
     assert "-avx512f" in llvm.read_text()

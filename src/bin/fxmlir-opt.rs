@@ -105,7 +105,8 @@ fn target(cli: &Cli, module: Option<&Module>) -> Result<Target> {
 
 fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context()?;
-    let _dialects = fxmlir::context::load_dialects(&context, &cli.extensions.dialects()?)?;
+    let dialects = cli.extensions.dialects()?;
+    let _loaded = fxmlir::context::load_dialects(&context, &dialects)?;
     let mut module = if cli.import {
         // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
         // blanked rather than dropped so that parse errors report the file's own lines.
@@ -139,6 +140,7 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             None,
             1,
             &target,
+            &fxmlir::context::irdl_of(&dialects),
         )?;
         for message in &ran.skipped {
             eprintln!("fxmlir-opt: warning: {message}");

@@ -124,6 +124,7 @@ fn run(cli: Cli) -> Result<()> {
             let (graph, _) = load(&file)?;
             let target = chosen_target(target)?;
             let context = fxmlir::context::new_context()?;
+            let _dialects = fxmlir::context::load_dialects(&context, &[])?;
             let module = fxmlir::lower::lower_graph(&context, &graph, &target)?;
             fxmlir::pipeline::verify(&context, &module, &graph.name)?;
             print!("{}", fxmlir::pipeline::print_module(&module));

@@ -160,7 +160,8 @@ pub struct Node {
 
 /// A node's lowering given as MLIR text: one `func.func` taking the node's tensor arguments
 /// (in order, with the types their metadata gives) and returning its outputs, which the
-/// lowering copies in place of a call. `origin` (who registered it) names it in errors.
+/// lowering makes the decomposition of the node's `fxmlir.external` op. `origin` (who
+/// registered it) names it in errors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InlineLowering {
     pub origin: String,

@@ -20,7 +20,7 @@
 
 use super::products::{first_entries, pad_to_multiple, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
-use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
 use crate::pipeline::ir::maps::affine_map;
@@ -34,7 +34,14 @@ const GROUP_PRODUCT_CHANNELS: i64 = 8;
 
 pub(super) fn register(r: &mut Registry) {
     r.add("aten.convolution.default", lower_convolution);
-    r.add("fxmlir.conv_pairs.default", lower_conv_pairs);
+    r.add_whole(
+        "fxmlir.conv_pairs.default",
+        Whole {
+            op: "fxmlir.conv_pairs",
+            attributes: conv_pairs_attributes,
+        },
+        lower_conv_pairs,
+    );
 }
 
 /// A convolution's stride, padding and dilation: the int lists at argument `at` and the two
@@ -303,6 +310,18 @@ fn lower_convolution<'c, 'a>(
 /// the pairs layout of the right one, `[(c / 2, k…), (n, o…), 2]`: the contraction AVX512-BF16's
 /// dot product computes (see [`pair_product`]). `fxmlir.passes.bf16_pairs` rewrites bf16
 /// convolutions so.
+/// `fxmlir.conv_pairs`'s `stride`, `padding` and `dilation`, one per spatial dimension.
+fn conv_pairs_attributes(ctx: &LowerCtx, node: &Node) -> Result<Vec<(&'static str, String)>> {
+    let nd = ctx.tensor(node, 1)?.rank().saturating_sub(3);
+    let (stride, padding, dilation) = window_params(ctx, node, 2, nd)?;
+    let array = |values: Vec<i64>| format!("array<i64: {}>", crate::pipeline::ir::items(&values));
+    Ok(vec![
+        ("stride", array(stride)),
+        ("padding", array(padding)),
+        ("dilation", array(dilation)),
+    ])
+}
+
 fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
     let x = ctx.tensor(node, 0)?;
     let pairs = ctx.tensor(node, 1)?;

@@ -7,7 +7,7 @@
 use super::elements::{extract, index_to_i64, linalg_index, to_index};
 use super::loops::{fill_rows, for_loop, nth, reuse};
 use super::products::{contract, pair_product};
-use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail};
+use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
 use crate::tuning::{MIN_PARALLEL_WORK, largest_divisor_at_most};
@@ -30,7 +30,14 @@ pub(super) fn register(r: &mut Registry) {
     for &(op, product) in LINEAR {
         r.add(op, move |ctx, node| lower_product(ctx, node, product));
     }
-    r.add("fxmlir.mm_pairs.default", lower_pairs);
+    r.add_whole(
+        "fxmlir.mm_pairs.default",
+        Whole {
+            op: "fxmlir.mm_pairs",
+            attributes: |_, _| Ok(vec![]),
+        },
+        lower_pairs,
+    );
     for op in GROUPED {
         r.add(op, lower_grouped);
     }

@@ -9,7 +9,6 @@ mod elements;
 mod elementwise;
 pub mod emit;
 mod indexing;
-mod inline;
 mod layout;
 mod linear;
 mod loops;
@@ -21,6 +20,7 @@ mod resize;
 mod sampling;
 mod scan;
 mod softmax;
+mod whole;
 mod window;
 
 use crate::error::{Error, NodeSite, Result};
@@ -49,7 +49,12 @@ pub type LowerFn =
 pub struct Lowering {
     pub family: &'static str,
     pub lower: Box<LowerFn>,
+    /// The op of fxmlir's dialect the node becomes, its lowering being that op's
+    /// decomposition; `None` when the lowering's ops go straight into the graph function.
+    pub whole: Option<Whole>,
 }
+
+pub use whole::Whole;
 
 /// A family file's registration function.
 type Register = fn(&mut Registry);
@@ -70,9 +75,26 @@ impl Registry {
             + Sync
             + 'static,
     {
+        self.insert(op, Box::new(lower), None);
+    }
+
+    /// A row whose node becomes `whole`'s op of fxmlir's dialect, `lower` writing its
+    /// decomposition (see [`whole`]).
+    pub fn add_whole<F>(&mut self, op: &'static str, whole: Whole, lower: F)
+    where
+        F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.insert(op, Box::new(lower), Some(whole));
+    }
+
+    fn insert(&mut self, op: &'static str, lower: Box<LowerFn>, whole: Option<Whole>) {
         let row = Lowering {
             family: self.family,
-            lower: Box::new(lower),
+            lower,
+            whole,
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -171,6 +193,8 @@ pub struct LowerCtx<'c, 'a> {
     graph: &'a Graph,
     values: HashMap<ValueRef, Value<'c, 'a>>,
     node_outputs: Vec<TensorMeta>,
+    /// The decomposition functions of the nodes lowered whole so far.
+    decompositions: Vec<whole::Decomposition<'c>>,
 }
 
 impl<'c, 'a> LowerCtx<'c, 'a> {
@@ -214,9 +238,7 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
     fn tensor_of(&self, arg: &Arg) -> Result<Option<Tensor<'c, 'a>>> {
         let Arg::Ref(r) = arg else { return Ok(None) };
         let meta = self.meta_of(r)?;
-        let value = *self.values.get(r).ok_or_else(|| {
-            Error::InvalidGraph(format!("`{}` is used before it is defined", r.node))
-        })?;
+        let value = self.value(r)?;
         Ok(Some(Tensor {
             value,
             shape: meta.shape.clone(),
@@ -224,11 +246,11 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         }))
     }
 
-    /// The value a tensor argument refers to.
-    fn tensor_value(&self, arg: &Arg) -> Result<Value<'c, 'a>> {
-        self.tensor_of(arg)?
-            .map(|t| t.value)
-            .ok_or_else(|| lowering_error("an argument is not a tensor".to_string()))
+    /// The value `r` names.
+    fn value(&self, r: &ValueRef) -> Result<Value<'c, 'a>> {
+        self.values.get(r).copied().ok_or_else(|| {
+            Error::InvalidGraph(format!("`{}` is used before it is defined", r.node))
+        })
     }
 
     pub fn tensor(&self, node: &Node, index: usize) -> Result<Tensor<'c, 'a>> {
@@ -538,7 +560,18 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
     }
 
     let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
-    {
+    // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, in
+    // node order.
+    let bodies: Vec<Block> = graph
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.lowering.is_none() && registry.get(&n.target).is_some_and(|l| l.whole.is_some())
+        })
+        .map(|_| Block::new(&[]))
+        .collect();
+    let mut next_body = bodies.iter();
+    let decompositions = {
         let entry = Emit {
             context,
             block: &block,
@@ -550,6 +583,7 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             graph,
             values: HashMap::new(),
             node_outputs: vec![],
+            decompositions: Vec::new(),
         };
         let restrict = Attribute::unit(context);
         for (i, input) in graph.inputs.iter().enumerate() {
@@ -591,12 +625,18 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             ctx.e.loc = node_location(context, node);
             ctx.node_outputs = node.outputs.clone();
             let results = match &node.lowering {
-                Some(given) => inline::lower(&mut ctx, node, given),
+                Some(given) => whole::external(&mut ctx, node, given),
                 None => {
                     let lowering = registry
                         .get(&node.target)
                         .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
-                    (lowering.lower)(&mut ctx, node)
+                    match &lowering.whole {
+                        Some(w) => match next_body.next() {
+                            Some(body) => whole::lower(&mut ctx, node, w, body, &*lowering.lower),
+                            None => fail("no block was made for its decomposition".to_string()),
+                        },
+                        None => (lowering.lower)(&mut ctx, node),
+                    }
                 }
             }
             .map_err(|e| attach_site(e, &site))?;
@@ -647,7 +687,8 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             )?;
         }
         block.append_operation(func::r#return(&[], func_loc));
-    }
+        ctx.decompositions
+    };
     let region = Region::new();
     region.append_block(block);
     let fn_type = FunctionType::new(context, &arg_types, &[]);
@@ -663,6 +704,9 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
         func_loc,
     );
     module.body().append_operation(function);
+    for decomposition in whole::functions(context, decompositions, bodies) {
+        module.body().append_operation(decomposition);
+    }
     let mut module = module;
     set_target(context, &mut module, target);
     Ok(module)

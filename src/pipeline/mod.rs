@@ -21,6 +21,7 @@ pub use crate::context::Diagnostics;
 use crate::dumps::Dumps;
 use crate::error::{Error, Result};
 use crate::target::Target;
+use ir::decompositions;
 use melior::{
     Context,
     ir::{Module, operation::OperationLike},
@@ -45,6 +46,9 @@ pub struct Stage {
 pub enum Hook {
     /// Passes only.
     None,
+    /// [`decompositions::expand`] before the passes: each op of fxmlir's dialect becomes its
+    /// decomposition's body.
+    Expand,
     /// [`schedule::attach`] before the passes, [`transform::detach`] and
     /// [`pairs::flatten_reads`] after them. Should the
     /// passes fail, the stage is skipped (the module goes on as it was before the hook, with
@@ -99,6 +103,7 @@ impl Hook {
     ) -> Result<usize> {
         match self {
             Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
+            Hook::Expand => decompositions::expand(module),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
             Hook::Outline => outline::outline(context, module),
@@ -141,11 +146,20 @@ impl Hook {
                     "window loops marked for full unrolling, vector math made libmvec calls"
                 );
             }
-            Hook::None | Hook::Outline | Hook::Patterns(_) => {}
+            Hook::None | Hook::Expand | Hook::Outline | Hook::Patterns(_) => {}
         }
         Ok(())
     }
 }
+
+/// The ops of fxmlir's dialect (a node lowered whole: a bf16 pair product, a node a plugin
+/// lowered) become their decompositions' bodies, which `symbol-dce` then drops. First, so that
+/// a stage placed before it sees them whole.
+const EXPAND: Stage = Stage {
+    name: Cow::Borrowed("expand"),
+    pipeline: Cow::Borrowed("builtin.module(symbol-dce)"),
+    hook: Hook::Expand,
+};
 
 /// Fuse elementwise producers into consumers on tensors, then make each graph output's producer
 /// write straight into the output buffer, then clean up. `eliminate-empty-tensors` runs after
@@ -238,8 +252,11 @@ const LLVM: Stage = Stage {
 pub const PIPELINES: &[(&str, &[Stage])] = &[
     (
         "default",
-        &[SCHEDULE, FUSION, PARALLEL, BUFFERIZE, OUTLINE, LOOPS, LLVM],
+        &[
+            EXPAND, SCHEDULE, FUSION, PARALLEL, BUFFERIZE, OUTLINE, LOOPS, LLVM,
+        ],
     ),
+    ("expand", &[EXPAND]),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
     ("parallel", &[PARALLEL]),
@@ -528,6 +545,7 @@ pub fn run_stages<'c>(
     dumps: Option<&Dumps>,
     first: usize,
     target: &Target,
+    irdl: &str,
 ) -> Result<Ran> {
     let mut ran = Ran::default();
     for (i, stage) in stages.iter().enumerate() {
@@ -598,7 +616,7 @@ pub fn run_stages<'c>(
         match (result, &stage.hook) {
             (Ok(()), hook) => hook.finish(context, module, target)?,
             (Err(Error::Pipeline { diagnostics, .. }), hook) if !hook.optional() => {
-                let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
+                let reproducer = write_reproducer(&print_operation(&before), stage, dumps, irdl)?;
                 return Err(Error::Pipeline {
                     stage: stage.name.to_string(),
                     diagnostics,
@@ -608,7 +626,7 @@ pub fn run_stages<'c>(
             (Err(Error::Pipeline { diagnostics, .. }), _) => {
                 // Hook stages (transform scripts, outlining) are optimisations: go on with the
                 // stage's input as it was before the hook rather than fail.
-                let reproducer = write_reproducer(&print_operation(&before), stage, dumps)?;
+                let reproducer = write_reproducer(&print_operation(&before), stage, dumps, irdl)?;
                 let message = format!(
                     "the {} stage was skipped (the kernel is correct but slower): its passes failed:\n{diagnostics}{reproducer}",
                     stage.name
@@ -653,20 +671,23 @@ fn restore<'c>(copy: melior::ir::Operation<'c>, stage: &Stage) -> Result<Module<
 }
 
 /// Writes the failing stage's input and returns the `mlir-opt` command that replays it.
-fn write_reproducer(text: &str, stage: &Stage, dumps: Option<&Dumps>) -> Result<String> {
-    let path = match dumps {
-        Some(d) => d.write(&format!("{}.repro.mlir", stage.name), text)?,
-        None => {
-            let dir = std::env::temp_dir().join("fxmlir-repro");
-            let d = Dumps {
-                dir,
-                graph: format!("pid{}", std::process::id()),
-            };
-            d.write(&format!("{}.repro.mlir", stage.name), text)?
-        }
+/// `irdl` defines the dialects the module may use (see [`crate::context::irdl_of`]).
+fn write_reproducer(
+    text: &str,
+    stage: &Stage,
+    dumps: Option<&Dumps>,
+    irdl: &str,
+) -> Result<String> {
+    let fallback = Dumps {
+        dir: std::env::temp_dir().join("fxmlir-repro"),
+        graph: format!("pid{}", std::process::id()),
+        irdl: irdl.to_string(),
     };
+    let d = dumps.unwrap_or(&fallback);
+    let path = d.write(&format!("{}.repro.mlir", stage.name), text)?;
     Ok(format!(
-        "\nreproduce with:\n  mlir-opt --pass-pipeline='{}' {}",
+        "\nreproduce with:\n  mlir-opt --irdl-file={} --pass-pipeline='{}' {}",
+        d.path(crate::dumps::IRDL_SUFFIX).display(),
         stage.pipeline,
         path.display()
     ))
@@ -704,7 +725,8 @@ mod tests {
             hook: Hook::Outline,
         };
         let target = Target::parse("x86-64-v3").unwrap();
-        let ran = run_stages(&context, &mut module, &[failing], None, 1, &target).expect("goes on");
+        let ran =
+            run_stages(&context, &mut module, &[failing], None, 1, &target, "").expect("goes on");
         assert_eq!(ran.timings.len(), 1);
         let [skipped] = ran.skipped.as_slice() else {
             panic!("one skipped stage expected, got {:?}", ran.skipped);

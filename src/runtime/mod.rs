@@ -290,9 +290,11 @@ fn front<T>(
     stop: Option<&str>,
     finish: impl FnOnce(&melior::ir::Module, Option<&Dumps>, &mut Front) -> Result<T>,
 ) -> Result<(T, Front)> {
+    let irdl = crate::context::irdl_of(&options.dialects);
     let dumps = options.dump_dir.as_ref().map(|dir| Dumps {
         dir: dir.clone(),
         graph: graph.name.clone(),
+        irdl: irdl.clone(),
     });
     let mut front = Front::default();
     if let (Some(d), Some(text)) = (&dumps, json) {
@@ -337,6 +339,7 @@ fn front<T>(
         dumps.as_ref(),
         1,
         &options.target,
+        &irdl,
     )?;
     front.timings.extend(ran.timings);
     front.warnings = ran.skipped;

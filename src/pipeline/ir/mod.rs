@@ -4,6 +4,7 @@
 //! stages: it imports neither.
 
 pub mod builder;
+pub mod decompositions;
 pub mod maps;
 pub mod ops;
 pub mod outlining;

@@ -298,7 +298,7 @@ mod tests {
             ..crate::Options::new(crate::Target::host().unwrap())
         };
         let compiled = crate::compile(&graph, None, &options).expect("compiles");
-        let scheduled = std::fs::read_to_string(dir.join("product.01-schedule.mlir"))
+        let scheduled = std::fs::read_to_string(dir.join("product.02-schedule.mlir"))
             .expect("schedule dump")
             .contains("vector.contract");
         std::fs::remove_dir_all(&dir).ok();
