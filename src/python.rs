@@ -4,7 +4,7 @@
 
 use crate::context::Dialect;
 use crate::error::Error;
-use crate::pipeline::{Placement, Stage, StageEdit};
+use crate::pipeline::{Placement, Stage, StageEdit, StageParts};
 use crate::runtime::{CompiledGraph, Options, dlpack};
 use crate::target::Target;
 use pyo3::create_exception;
@@ -377,6 +377,8 @@ struct StageDocument {
     passes: Option<String>,
     transform: Option<String>,
     pdl: Option<String>,
+    #[serde(default)]
+    work: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -412,9 +414,12 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
                 anchor: s.anchor.clone(),
                 stage: Stage::added(
                     &s.name,
-                    s.passes.as_deref(),
-                    s.transform.as_deref(),
-                    s.pdl.as_deref(),
+                    StageParts {
+                        passes: s.passes.as_deref(),
+                        transform: s.transform.as_deref(),
+                        pdl: s.pdl.as_deref(),
+                        work: s.work.as_deref(),
+                    },
                 )?,
             })
         })

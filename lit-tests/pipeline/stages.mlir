@@ -4,6 +4,10 @@
 // RUN:   | FileCheck %s --check-prefix=TRANSFORM --implicit-check-not=linalg.matmul --implicit-check-not=transform.
 // RUN: fxmlir-opt --pipeline fusion --add-stage 'replace:fusion:cse:passes=builtin.module(cse)' %s \
 // RUN:   | FileCheck %s --check-prefix=REPLACED
+// RUN: fxmlir-opt --target=znver3 --pipeline fusion --add-stage 'before:fusion:mine:work=schedule' %s \
+// RUN:   | FileCheck %s --check-prefix=WORK --implicit-check-not=linalg.matmul
+// RUN: not fxmlir-opt --pipeline fusion --add-stage 'before:fusion:mine:work=tiling' %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BAD-WORK
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:tiling:x:passes=builtin.module(cse)' %s 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=ANCHOR
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:fusion:bad:pdl=%S/Inputs/generalize.transform.mlir' %s 2>&1 \
@@ -18,8 +22,9 @@
 // RUN:   | FileCheck %s --check-prefix=NO-PIPELINE
 
 // Stages of one's own go before, after or in place of a named stage: a textual pass
-// pipeline, a transform script (appended, interpreted, erased), or PDL patterns (applied
-// greedily to the whole module). Mistakes are errors naming the stage.
+// pipeline, a transform script (appended, interpreted, erased), PDL patterns (applied
+// greedily to the whole module), or the work of one of fxmlir's stages. Mistakes are errors
+// naming the stage.
 
 // PDL:       func.func @product_then_tanh(
 // PDL:         linalg.matmul
@@ -34,6 +39,13 @@
 // With fusion replaced, the elementwise op stays a generic of its own after the product.
 // REPLACED:       linalg.matmul
 // REPLACED-NEXT:  linalg.generic
+
+// A stage of one's own may run one of fxmlir's stages' Rust work (`work=`): here the
+// schedule's, with its passes, so the product is tiled and vectorised.
+// WORK:       func.func @product_then_tanh(
+// WORK:         vector.contract
+
+// BAD-WORK: error: invalid pass pipeline `mine`: no work `tiling`: fxmlir's stages with work of their own are expand, schedule, parallel, outline, loops, llvm
 
 // ANCHOR: error: invalid pass pipeline `fusion`: no stage `tiling` to put `x` after; stages: fusion
 // BAD-PDL: pipeline stage `bad` failed:

@@ -25,15 +25,19 @@ from collections.abc import Sequence
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """A stage: ``passes`` (a textual pass pipeline), after a ``transform`` script (a module
-    whose ``transform.named_sequence @__transform_main`` runs, then is erased) or ``pdl``
-    patterns (a module of ``pdl.pattern``\\ s applied greedily to the whole module). Without
-    ``passes``, a transform stage runs ``transform-interpreter`` and a pattern stage nothing
-    more. ``name`` names its dumps: letters, digits, ``-`` and ``_``."""
+    whose ``transform.named_sequence @__transform_main`` runs, then is erased), ``pdl``
+    patterns (a module of ``pdl.pattern``\\ s applied greedily to the whole module) or the
+    ``work`` of one of fxmlir's stages (its Rust work around its passes: ``"schedule"``
+    appends fxmlir's transform schedule, ``"parallel"`` its thread split; ``fxmlir-opt
+    --list-pipelines`` names them). Without ``passes``, a transform stage runs
+    ``transform-interpreter``, a pattern stage nothing more, and a stage with fxmlir's work
+    that stage's passes. ``name`` names its dumps: letters, digits, ``-`` and ``_``."""
 
     name: str
     passes: str | None = None
     transform: str | None = None
     pdl: str | None = None
+    work: str | None = None
 
     def before(self, anchor: str) -> StageEdit:
         """This stage, placed before the stage named ``anchor``."""
@@ -94,6 +98,7 @@ def extensions(
                 "passes": e.stage.passes,
                 "transform": e.stage.transform,
                 "pdl": e.stage.pdl,
+                "work": e.stage.work,
             }
             for e in stages
         ],

@@ -67,6 +67,25 @@ def test_a_stage_replaces_one_of_fxmlirs(tmp_path):
     assert "04-serial" in stages and not any(s.endswith("-parallel") for s in stages), stages
 
 
+def test_a_stage_runs_fxmlirs_own_work(tmp_path):
+    """A stage of one's own with fxmlir's schedule as its work, in place of fxmlir's schedule
+    stage: the products are vectorised as fxmlir's stage would; with passes alone they are
+    not."""
+    a, b = _inputs()
+    scheduled = tmp_path / "work"
+    stage = fxmlir.Stage("my-schedule", work="schedule")
+    actual = _compiled(_tanh_product, (a, b), scheduled, stages=[stage.replacing("schedule")])
+    torch.testing.assert_close(actual, _tanh_product(a, b), rtol=1e-5, atol=1e-5)
+    (dump,) = scheduled.glob("*.02-my-schedule.mlir")
+    assert "vector.contract" in dump.read_text() or "vector.fma" in dump.read_text()
+    assert next(scheduled.glob("*.02-my-schedule.transform.mlir")).exists()
+    plain = tmp_path / "plain"
+    stage = fxmlir.Stage("my-schedule", passes="builtin.module(canonicalize)")
+    _compiled(_tanh_product, (a, b), plain, stages=[stage.replacing("schedule")])
+    (dump,) = plain.glob("*.02-my-schedule.mlir")
+    assert "vector." not in dump.read_text()
+
+
 def test_stages_are_part_of_the_cache_key():
     # Shapes of this test's own, so that no earlier compile of the graph is in memory.
     a, b = torch.randn(8, 40), torch.randn(40, 8)
@@ -91,7 +110,11 @@ def test_stages_are_part_of_the_cache_key():
         ),
         (fxmlir.Stage("a/b", passes="builtin.module(cse)").after("fusion"), "stage name `a/b`"),
         (fxmlir.Stage("bad", transform="not mlir").before("schedule"), "pipeline stage `bad`"),
-        (fxmlir.Stage("bad", pdl=TANH_TO_SIN, transform=GENERALIZE).after("fusion"), "not both"),
+        (
+            fxmlir.Stage("bad", pdl=TANH_TO_SIN, transform=GENERALIZE).after("fusion"),
+            "runs one of",
+        ),
+        (fxmlir.Stage("bad", work="tiling").after("fusion"), "no work `tiling`"),
     ],
 )
 @pytest.mark.parametrize("fallback", ["eager", "error"])

@@ -250,12 +250,7 @@ const LLVM: Stage = Stage {
 /// them) and fuse elementwise producers into their k loops, recomputing them per k step, and
 /// the schedule would no longer recognise the products.
 pub const PIPELINES: &[(&str, &[Stage])] = &[
-    (
-        "default",
-        &[
-            EXPAND, SCHEDULE, FUSION, PARALLEL, BUFFERIZE, OUTLINE, LOOPS, LLVM,
-        ],
-    ),
+    ("default", BUILTIN_STAGES),
     ("expand", &[EXPAND]),
     ("fusion", &[FUSION]),
     ("schedule", &[SCHEDULE]),
@@ -302,39 +297,70 @@ pub struct StageEdit {
     pub stage: Stage,
 }
 
+/// What a stage of one's own runs (see [`Stage::added`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StageParts<'s> {
+    /// A textual pass pipeline.
+    pub passes: Option<&'s str>,
+    /// A transform script, run by `transform-interpreter`.
+    pub transform: Option<&'s str>,
+    /// PDL patterns, applied before the passes.
+    pub pdl: Option<&'s str>,
+    /// The name of one of fxmlir's stages whose Rust work (its [`Hook`]) runs around the
+    /// passes: `schedule` appends fxmlir's transform schedule, `parallel` its thread split,
+    /// and so on (see [`BUILTIN_STAGES`]).
+    pub work: Option<&'s str>,
+}
+
+/// Every stage fxmlir defines, in the default pipeline's order: the names a stage of one's
+/// own takes its [`StageParts::work`] from.
+pub const BUILTIN_STAGES: &[Stage] = &[
+    EXPAND, SCHEDULE, FUSION, PARALLEL, BUFFERIZE, OUTLINE, LOOPS, LLVM,
+];
+
 impl Stage {
-    /// A stage of one's own: `passes` (a textual pass pipeline), after a transform script or
-    /// PDL patterns if one is given. Without `passes`, a transform stage runs
-    /// `transform-interpreter` and a pattern stage nothing more.
-    pub fn added(
-        name: &str,
-        passes: Option<&str>,
-        transform: Option<&str>,
-        pdl: Option<&str>,
-    ) -> Result<Stage> {
-        let invalid = |message: &str| Error::PassPipeline {
+    /// A stage of one's own: its passes, after a transform script, PDL patterns or the work
+    /// of one of fxmlir's stages, if one is given. Without passes, a transform stage runs
+    /// `transform-interpreter`, a pattern stage nothing more, and a stage with fxmlir's work
+    /// that stage's passes.
+    pub fn added(name: &str, parts: StageParts) -> Result<Stage> {
+        let invalid = |message: String| Error::PassPipeline {
             pipeline: name.to_string(),
-            message: message.to_string(),
+            message,
         };
-        let (hook, default) = match (transform, pdl) {
-            (Some(script), None) => (
+        let (hook, default) = match (parts.transform, parts.pdl, parts.work) {
+            (Some(script), None, None) => (
                 Hook::Transform(Cow::Owned(script.to_string())),
                 Some("builtin.module(transform-interpreter)"),
             ),
-            (None, Some(patterns)) => (
+            (None, Some(patterns), None) => (
                 Hook::Patterns(Cow::Owned(patterns.to_string())),
                 Some("builtin.module()"),
             ),
-            (None, None) => (Hook::None, None),
-            (Some(_), Some(_)) => {
+            (None, None, Some(work)) => {
+                let with_work = || BUILTIN_STAGES.iter().filter(|s| s.hook != Hook::None);
+                let builtin = with_work().find(|s| s.name == work).ok_or_else(|| {
+                    invalid(format!(
+                        "no work `{work}`: fxmlir's stages with work of their own are {}",
+                        with_work()
+                            .map(|s| s.name.as_ref())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                (builtin.hook.clone(), Some(builtin.pipeline.as_ref()))
+            }
+            (None, None, None) => (Hook::None, None),
+            _ => {
                 return Err(invalid(
-                    "a stage runs a transform script or PDL patterns, not both",
+                    "a stage runs one of a transform script, PDL patterns or fxmlir's work"
+                        .to_string(),
                 ));
             }
         };
-        let pipeline = passes
-            .or(default)
-            .ok_or_else(|| invalid("a stage needs passes, a transform script or PDL patterns"))?;
+        let pipeline = parts.passes.or(default).ok_or_else(|| {
+            invalid("a stage needs passes, a transform script, PDL patterns or a work".to_string())
+        })?;
         Ok(Stage {
             name: Cow::Owned(name.to_string()),
             pipeline: Cow::Owned(pipeline.to_string()),
@@ -345,8 +371,8 @@ impl Stage {
 
 impl StageEdit {
     /// The edit a command line spells `PLACEMENT:ANCHOR:NAME:KIND=VALUE`, with `before`,
-    /// `after` or `replace`, and `passes=<pipeline>`, `transform=<file>` or `pdl=<file>`:
-    /// `after:fusion:cse:passes=builtin.module(cse)`.
+    /// `after` or `replace`, and `passes=<pipeline>`, `transform=<file>`, `pdl=<file>` or
+    /// `work=<fxmlir stage>[:passes=<pipeline>]`: `after:fusion:cse:passes=builtin.module(cse)`.
     pub fn parse(spec: &str) -> Result<StageEdit> {
         let invalid = |message: String| Error::PassPipeline {
             pipeline: spec.to_string(),
@@ -372,16 +398,44 @@ impl StageEdit {
         };
         let read =
             |path: &str| std::fs::read_to_string(path).map_err(|e| Error::io(path.to_string(), e));
-        let stage = match body.split_once('=') {
-            Some(("passes", passes)) => Stage::added(name, Some(passes), None, None)?,
-            Some(("transform", path)) => Stage::added(name, None, Some(&read(path)?), None)?,
-            Some(("pdl", path)) => Stage::added(name, None, None, Some(&read(path)?))?,
+        let text;
+        let parts = match body.split_once('=') {
+            Some(("passes", passes)) => StageParts {
+                passes: Some(passes),
+                ..StageParts::default()
+            },
+            Some(("transform", path)) => {
+                text = read(path)?;
+                StageParts {
+                    transform: Some(&text),
+                    ..StageParts::default()
+                }
+            }
+            Some(("pdl", path)) => {
+                text = read(path)?;
+                StageParts {
+                    pdl: Some(&text),
+                    ..StageParts::default()
+                }
+            }
+            Some(("work", rest)) => {
+                let (work, passes) = match rest.split_once(":passes=") {
+                    Some((work, passes)) => (work, Some(passes)),
+                    None => (rest, None),
+                };
+                StageParts {
+                    passes,
+                    work: Some(work),
+                    ..StageParts::default()
+                }
+            }
             _ => {
                 return Err(invalid(format!(
-                    "`{body}`: expected passes=<pipeline>, transform=<file> or pdl=<file>"
+                    "`{body}`: expected passes=<pipeline>, transform=<file>, pdl=<file> or work=<stage>"
                 )));
             }
         };
+        let stage = Stage::added(name, parts)?;
         Ok(StageEdit {
             placement,
             anchor: anchor.to_string(),
@@ -742,8 +796,16 @@ mod tests {
     /// Edits apply in order, relative to the stages as they stand; their mistakes name them.
     #[test]
     fn edits_place_stages_by_name() {
-        let stage =
-            |name: &str| Stage::added(name, Some("builtin.module(cse)"), None, None).unwrap();
+        let stage = |name: &str| {
+            Stage::added(
+                name,
+                StageParts {
+                    passes: Some("builtin.module(cse)"),
+                    ..StageParts::default()
+                },
+            )
+            .unwrap()
+        };
         let edit = |placement, anchor: &str, name: &str| StageEdit {
             placement,
             anchor: anchor.to_string(),
@@ -774,6 +836,6 @@ mod tests {
         assert_eq!(parsed.placement, Placement::Replace);
         assert_eq!(parsed.stage.pipeline, "builtin.module(a:b)");
         assert!(StageEdit::parse("after:llvm").is_err());
-        assert!(Stage::added("x", None, None, None).is_err());
+        assert!(Stage::added("x", StageParts::default()).is_err());
     }
 }
