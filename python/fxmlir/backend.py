@@ -89,18 +89,12 @@ def _next_name() -> str:
         return f"graph_{next(_counter)}"
 
 
-@functools.cache
-def supported_ops() -> frozenset[str]:
-    """ATen overloads with a native lowering."""
-    return frozenset(op for op, _family in _fxmlir.supported_ops())
-
-
 def decompositions() -> dict[Any, Callable]:
-    """Core ATen decompositions, except for ops fxmlir lowers natively or through a Python row
-    (:mod:`fxmlir.lowerings`; both are faster whole), and fxmlir's own
-    (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths and the backward
-    ops core ATen leaves whole."""
-    table = dict(_decompositions(supported_ops() | lowerings.registered()))
+    """Core ATen decompositions, except for ops with a row in the lowering table
+    (:mod:`fxmlir.lowerings`: fxmlir's own or one registered in Python; faster whole), and
+    fxmlir's own (:mod:`fxmlir.passes.decompositions`): PyTorch's fused inference fast paths
+    and the backward ops core ATen leaves whole."""
+    table = dict(_decompositions(lowerings.registered()))
     for collected in plugins.active():
         for op, fn in collected.decompositions.items():
             if fn is None:
@@ -414,7 +408,6 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     if aliases:
         return aliasing.rebuilding(_compile(aliasing.without(gm, aliases), static), aliases)
     strict = config.check_fallback() == "error"
-    supported = supported_ops()
     settings = runtime.Settings(
         config.pipeline,
         config.dump_dir,
@@ -428,7 +421,6 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
     def partitioned() -> Callable:
         split = partition.partition_and_compile(
             gm,
-            supported,
             lambda sub: GraphCompiler(sub, settings),
             strict,
         )
@@ -439,7 +431,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         run._boxed_call = True
         return run
 
-    if partition.unsupported_nodes(gm, supported):
+    if partition.unsupported_nodes(gm):
         return partitioned()
     compilers: list[GraphCompiler] = []
 

@@ -317,7 +317,7 @@ class Exporter:
                 if source:
                     entry["source"] = source
                 row = lowerings.lowering_for(node)
-                if row is not None:
+                if row is not None and row.mlir is not None:
                     entry["lowering"] = self.inline_lowering(
                         row, node, args, outputs, inputs + constants, nodes
                     )

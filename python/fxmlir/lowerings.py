@@ -1,5 +1,8 @@
-"""Lowerings written in Python, next to fxmlir's own (the Rust registry): a row for an ATen
-overload or a ``torch.library`` custom op whose lowering is MLIR text, built per node::
+"""The lowering table: for each ATen overload or ``torch.library`` custom op, the rows that
+lower it. fxmlir's own rows (``origin="fxmlir"``: the Rust registry, ``src/lower/``) are in it
+from the start; rows written in Python, registered here or by a plugin, go on top of them,
+with the same effect on partitioning and decompositions. A Python row's lowering is MLIR text,
+built per node::
 
     def scaled_tanh(call: fxmlir.lowerings.Call) -> str:
         (x,), (out,) = call.inputs, call.outputs
@@ -16,11 +19,13 @@ are the lowering's to bake into the text: ``call.node.args``) and returning its 
 body may use upstream dialects or one loaded in IRDL (``fxmlir.config.dialects``); a stage
 (``fxmlir.config.stages``) lowers such ops to upstream ones. The node becomes
 ``fxmlir.external`` (fxmlir's dialect, ``dialects/fxmlir.irdl.mlir``) whose decomposition is
-the function, each op at the node's location; the ``expand`` stage inlines it. A row overrides
-fxmlir's own for its op, takes the op out of the decomposition table so it reaches the graph
-whole, and ``supports`` (a predicate on the FX node) decides which nodes it takes: the others
-stay with fxmlir's row or
-run eagerly, exactly as the partitioner treats fxmlir's own rows.
+the function, each op at the node's location; the ``expand`` stage inlines it.
+
+A node goes to the first row of its op, newest first, whose ``supports`` (a predicate on the
+FX node; none accepts all) accepts it: a row overrides fxmlir's own for the nodes it takes,
+and the others stay with fxmlir's row or run eagerly. An op with a row leaves the
+decomposition table, so it reaches the graph whole. ``unregister(op, origin="fxmlir")`` takes
+fxmlir's own row out: the op is then decomposed, or runs eagerly.
 """
 
 from __future__ import annotations
@@ -49,16 +54,21 @@ class Call:
 
 @dataclasses.dataclass(frozen=True)
 class Lowering:
-    """A registered row: the op, the function that writes a node's MLIR, the nodes it
-    supports (all when ``supports`` is None) and who registered it (named in errors)."""
+    """A row: the op, the function that writes a node's MLIR (``None`` for fxmlir's own rows,
+    which the Rust registry lowers), the nodes it supports (all when ``supports`` is None) and
+    who registered it (named in errors, and the key of the row among its op's)."""
 
     op: str
-    mlir: Callable[[Call], str]
+    mlir: Callable[[Call], str] | None
     supports: Callable[[torch.fx.Node], bool] | None
     origin: str
 
 
-_rows: dict[str, Lowering] = {}
+#: The origin of fxmlir's own rows.
+FXMLIR = "fxmlir"
+
+#: op → its rows, oldest first: fxmlir's own at the bottom.
+_rows: dict[str, list[Lowering]] = {}
 _lock = threading.Lock()
 #: Rows active in this context only (an active plugin's), ahead of the registered ones.
 _scoped: contextvars.ContextVar[dict[str, Lowering] | None] = contextvars.ContextVar(
@@ -89,6 +99,14 @@ def _op_name(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> s
     return op
 
 
+def _add(row: Lowering) -> None:
+    """Puts ``row`` on top of its op's rows (fxmlir's own at the bottom), in place of an
+    earlier row of its origin."""
+    with _lock:
+        rows = [r for r in _rows.get(row.op, []) if r.origin != row.origin]
+        _rows[row.op] = [row, *rows] if row.origin == FXMLIR else [*rows, row]
+
+
 def register(
     op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket,
     mlir: Callable[[Call], str],
@@ -96,37 +114,63 @@ def register(
     supports: Callable[[torch.fx.Node], bool] | None = None,
     origin: str = "fxmlir.lowerings",
 ) -> None:
-    """Registers (or replaces) the Python lowering of ``op``: see the module docs."""
-    with _lock:
-        _rows[_op_name(op)] = Lowering(_op_name(op), mlir, supports, origin)
+    """Registers (or replaces, for the same ``origin``) a Python lowering of ``op``: see the
+    module docs."""
+    if origin == FXMLIR:
+        raise ValueError(f"origin {FXMLIR!r} is fxmlir's own rows'; name who registers the row")
+    _add(Lowering(_op_name(op), mlir, supports, origin))
 
 
-def unregister(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> None:
-    """Removes the Python lowering of ``op``, if there is one."""
+def unregister(
+    op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket, origin: str | None = None
+) -> None:
+    """Removes ``op``'s row of ``origin``, or, without one, every row registered on top of
+    fxmlir's own. ``origin="fxmlir"`` removes fxmlir's own row."""
+    name = _op_name(op)
+
+    def removed(row: Lowering) -> bool:
+        return row.origin != FXMLIR if origin is None else row.origin == origin
+
     with _lock:
-        _rows.pop(_op_name(op), None)
+        kept = [r for r in _rows.get(name, []) if not removed(r)]
+        if kept:
+            _rows[name] = kept
+        else:
+            _rows.pop(name, None)
+
+
+def rows(op: str | torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> list[Lowering]:
+    """``op``'s rows, newest first: those active in this context, then the registered ones."""
+    name = _op_name(op)
+    scoped_row = (_scoped.get() or {}).get(name)
+    with _lock:
+        registered = list(reversed(_rows.get(name, [])))
+    return [scoped_row, *registered] if scoped_row else registered
 
 
 def registered() -> frozenset[str]:
-    """The ops with a Python lowering (registered, or active in this context)."""
-    return frozenset(_rows) | frozenset(_scoped.get() or ())
+    """The ops with a row (fxmlir's own, registered, or active in this context)."""
+    with _lock:
+        ops = frozenset(_rows)
+    return ops | frozenset(_scoped.get() or ())
 
 
 def lowering_for(node: torch.fx.Node) -> Lowering | None:
-    """The Python lowering that takes ``node``, if one does; a ``supports`` that raises is
-    an error naming the row's origin."""
+    """The row that takes ``node``, if one does (see the module docs); a ``supports`` that
+    raises is an error naming the row's origin."""
     if node.op != "call_function":
         return None
-    op = str(node.target)
-    row = (_scoped.get() or {}).get(op) or _rows.get(op)
-    if row is None or row.supports is None:
-        return row
-    try:
-        return row if row.supports(node) else None
-    except Exception as e:
-        raise _fxmlir.LoweringError(
-            f"{row.origin} lowering of {row.op} (node `{node.name}`): supports raised {e!r}"
-        ) from e
+    for row in rows(str(node.target)):
+        if row.supports is None:
+            return row
+        try:
+            if row.supports(node):
+                return row
+        except Exception as e:
+            raise _fxmlir.LoweringError(
+                f"{row.origin} lowering of {row.op} (node `{node.name}`): supports raised {e!r}"
+            ) from e
+    return None
 
 
 def mlir_for(row: Lowering, node: torch.fx.Node, inputs: list[str], outputs: list[str]) -> str:
@@ -144,3 +188,13 @@ def mlir_for(row: Lowering, node: torch.fx.Node, inputs: list[str], outputs: lis
             f"{type(text).__name__}, not MLIR text"
         )
     return text
+
+
+def add_fxmlirs_own() -> None:
+    """Adds fxmlir's own rows, one for each op of the Rust registry, beneath any registered
+    row: done on import, and again to undo ``unregister(op, origin="fxmlir")``."""
+    for op, _family in _fxmlir.supported_ops():
+        _add(Lowering(op, None, None, FXMLIR))
+
+
+add_fxmlirs_own()

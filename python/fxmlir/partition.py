@@ -55,7 +55,7 @@ def _is_random(node: torch.fx.Node) -> bool:
     )
 
 
-def _reason(node: torch.fx.Node, supported: frozenset[str]) -> str | None:
+def _reason(node: torch.fx.Node) -> str | None:
     """Why ``node`` cannot be compiled, or None when it can."""
     if node.op != "call_function":
         return None
@@ -67,8 +67,7 @@ def _reason(node: torch.fx.Node, supported: frozenset[str]) -> str | None:
         return None  # size arithmetic, evaluated by the exporter
     if not isinstance(node.target, torch._ops.OpOverload):
         return f"`{target_name(node)}` is not an ATen operator"
-    name = str(node.target)
-    if name in supported or lowerings.lowering_for(node) is not None:
+    if lowerings.lowering_for(node) is not None:
         return None
     if _is_random(node):
         return "random op: runs eagerly so it draws from PyTorch's generator"
@@ -76,9 +75,8 @@ def _reason(node: torch.fx.Node, supported: frozenset[str]) -> str | None:
 
 
 class _Support(OperatorSupportBase):
-    def __init__(self, excluded: dict[str, str], supported: frozenset[str]):
+    def __init__(self, excluded: dict[str, str]):
         self.excluded = excluded
-        self.supported = supported
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
         if node.op != "call_function" or node.name in self.excluded:
@@ -86,14 +84,14 @@ class _Support(OperatorSupportBase):
         if node.target is operator.getitem:
             source = node.args[0]
             return isinstance(source, torch.fx.Node) and self.is_node_supported(submodules, source)
-        return _reason(node, self.supported) is None
+        return _reason(node) is None
 
 
-def unsupported_nodes(gm: torch.fx.GraphModule, supported: frozenset[str]) -> dict[str, str]:
+def unsupported_nodes(gm: torch.fx.GraphModule) -> dict[str, str]:
     """Node name → reason, for every node that cannot be compiled."""
     out = {}
     for node in gm.graph.nodes:
-        reason = _reason(node, supported)
+        reason = _reason(node)
         if reason is not None:
             out[node.name] = reason
     return out
@@ -130,18 +128,17 @@ class CompiledPartition(torch.nn.Module):
 
 def partition_and_compile(
     gm: torch.fx.GraphModule,
-    supported: frozenset[str],
     compile_graph: Callable[[torch.fx.GraphModule], Callable[[list[Any]], list[Any]]],
     strict: bool,
 ) -> torch.fx.GraphModule:
     """Splits ``gm`` into compiled partitions and eager nodes. A partition that fails to
     compile names the node at fault; that node is excluded and the graph re-split."""
-    excluded = unsupported_nodes(gm, supported)
+    excluded = unsupported_nodes(gm)
     if excluded and strict:
         raise strict_error(gm, excluded)
     for _ in range(MAX_RETRIES):
         try:
-            result = _split(gm, excluded, supported, compile_graph)
+            result = _split(gm, excluded, compile_graph)
         except FxmlirError as e:
             match = _NODE_IN_MESSAGE.search(str(e))
             name = match.group(1) if match else None
@@ -154,12 +151,12 @@ def partition_and_compile(
     raise UnsupportedOpError(f"gave up after {MAX_RETRIES} failed partition compiles")
 
 
-def _split(gm, excluded, supported, compile_graph) -> torch.fx.GraphModule:
+def _split(gm, excluded, compile_graph) -> torch.fx.GraphModule:
     # Fusing rewrites the module in place; work on a copy of the graph (sharing the weights) so
     # that a failed attempt leaves ``gm`` intact for the next.
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     partitioner = CapabilityBasedPartitioner(
-        gm, _Support(excluded, supported), allows_single_node_partition=True
+        gm, _Support(excluded), allows_single_node_partition=True
     )
     partitions = partitioner.propose_partitions()
     split = partitioner.fuse_partitions(partitions)

@@ -156,7 +156,7 @@ def collect(plugin: Plugin) -> Collected:
         raise PluginError(f"plugin `{plugin.name}`: hook `options`: {e}") from e
     rows = tuple(_call(plugin, "lowerings", list))
     for row in rows:
-        if not isinstance(row, lowerings.Lowering):
+        if not isinstance(row, lowerings.Lowering) or row.mlir is None:
             raise PluginError(f"plugin `{plugin.name}`: hook `lowerings` gave {row!r}")
     edits = tuple(_call(plugin, "stages", list))
     for edit in edits:

@@ -1,7 +1,8 @@
 """Lowerings written in Python (``fxmlir.lowerings``): MLIR text per node, in upstream
 dialects or one loaded in IRDL, lowered further by a stage of one's own. The vendor flow end
 to end: a ``torch.library`` op lowered into the ``xacc`` dialect, a PDL stage lowering that to
-upstream ops, the default JIT; and overriding fxmlir's own row for some nodes."""
+upstream ops, the default JIT; overriding fxmlir's own row for some nodes, and taking it
+out (one table holds fxmlir's rows and the registered ones)."""
 
 import pathlib
 import subprocess
@@ -9,7 +10,7 @@ import subprocess
 import fxmlir
 import pytest
 import torch
-from fxmlir import lowerings
+from fxmlir import lowerings, partition
 
 LIT = pathlib.Path(__file__).resolve().parents[2] / "lit-tests"
 XACC = LIT.parent / "examples" / "xacc" / "fxmlir_xacc"
@@ -126,6 +127,51 @@ def test_a_row_overrides_fxmlirs_own_for_the_nodes_it_supports():
             torch.testing.assert_close(actual, torch.full_like(x, expected))
     finally:
         lowerings.unregister(torch.ops.aten.neg.default)
+
+
+def test_fxmlirs_own_rows_are_in_the_table_beneath_registered_ones():
+    (own,) = lowerings.rows(torch.ops.aten.neg.default)
+    assert (own.origin, own.mlir) == (lowerings.FXMLIR, None)
+    assert set(fxmlir.supported_ops()) <= lowerings.registered()
+    lowerings.register(torch.ops.aten.neg.default, _negate_rows, origin="test")
+    try:
+        assert [r.origin for r in lowerings.rows("aten.neg.default")] == ["test", "fxmlir"]
+        with pytest.raises(ValueError, match="fxmlir's own rows"):
+            lowerings.register(torch.ops.aten.neg.default, _negate_rows, origin="fxmlir")
+    finally:
+        lowerings.unregister(torch.ops.aten.neg.default)
+    assert [r.origin for r in lowerings.rows("aten.neg.default")] == ["fxmlir"]
+
+
+def _tanh_then_add(x):
+    return torch.tanh(x) + 1
+
+
+def test_taking_fxmlirs_own_row_out_runs_the_op_eagerly():
+    """Without fxmlir's row, tanh has no lowering (core ATen does not decompose it): it runs
+    eagerly, with its reason recorded, and strict mode names it; putting the rows back
+    compiles it again."""
+    x = torch.randn(3, 4)
+    lowerings.unregister(torch.ops.aten.tanh.default, origin=lowerings.FXMLIR)
+    try:
+        assert not lowerings.rows(torch.ops.aten.tanh.default)
+        torch._dynamo.reset()
+        before = max((f.seq for f in partition.fallbacks), default=-1)
+        actual = torch.compile(_tanh_then_add, backend="fxmlir")(x)
+        torch.testing.assert_close(actual, _tanh_then_add(x))
+        eager = [f for f in partition.fallbacks if f.seq > before]
+        assert [(f.op, f.reason) for f in eager] == [
+            ("aten.tanh.default", "no lowering is registered")
+        ]
+        torch._dynamo.reset()
+        with fxmlir.config.patch(fallback="error"), pytest.raises(Exception, match="tanh"):
+            torch.compile(_tanh_then_add, backend="fxmlir")(x)
+    finally:
+        lowerings.add_fxmlirs_own()
+    torch._dynamo.reset()
+    with fxmlir.config.patch(fallback="error"):
+        actual = torch.compile(_tanh_then_add, backend="fxmlir")(x)
+    torch.testing.assert_close(actual, _tanh_then_add(x))
 
 
 @pytest.mark.parametrize(
