@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 LLVM_PREFIX := /usr/lib/llvm-22
 APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-dev \
-                libpolly-22-dev libzstd-dev libgomp1
+                libpolly-22-dev libzstd-dev libgomp1 cmake
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff \
@@ -11,11 +11,12 @@ PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytes
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup apt venv build plugins demo test test-rust test-lit test-python test-docs op-support bench lint
+.PHONY: setup apt venv build plugins examples install demo test test-rust test-lit test-python \
+        test-docs op-support bench lint
 
-## setup: Debian packages, the venv with torch, a release build installed into the venv, and
-## the example vendor plugin (examples/xacc) installed beside it.
-setup: apt venv build plugins
+## setup: Debian packages, the venv with torch, a release build installed into the venv, the
+## example vendor plugin (examples/xacc) installed beside it, and the C/C++ examples built.
+setup: apt venv build plugins examples
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
@@ -37,16 +38,38 @@ venv:
 	    echo '$(PIP_PACKAGES)' > $(VENV)/.installed; \
 	fi
 
-## build: the extension into the venv (editable) and the CLIs onto the venv's PATH.
+## build: the extension into the venv (editable), the CLIs onto the venv's PATH, and the C
+## library (target/release/libfxmlir.so, include/fxmlir.h; CMake: cmake/).
 build: venv
 	$(VENV)/bin/maturin develop --release -q
-	cargo build --release --bins -q
+	cargo build --release --bins --lib -q
 	ln -sf $(CURDIR)/target/release/fxmlir $(VENV)/bin/fxmlir
 	ln -sf $(CURDIR)/target/release/fxmlir-opt $(VENV)/bin/fxmlir-opt
 
 ## plugins: the example plugin package, editable (its entry points make it `xacc`).
 plugins: build
 	@$(PY) -c "import fxmlir_xacc" 2>/dev/null || $(PY) -m pip install -q -e examples/xacc
+
+## examples: the C API examples (examples/c-api, built through cmake/ as a user's project
+## would) and the native pass plugin (examples/pass-plugin), into target/examples.
+EXAMPLES := $(CURDIR)/target/examples
+examples: build
+	cmake -S examples/c-api -B $(EXAMPLES)/c-api -DCMAKE_PREFIX_PATH=$(CURDIR)/cmake \
+	    -DCMAKE_BUILD_TYPE=Release -Wno-dev > /dev/null
+	cmake --build $(EXAMPLES)/c-api -j 2 > /dev/null
+	cmake -S examples/pass-plugin -B $(EXAMPLES)/pass-plugin \
+	    -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir -DCMAKE_BUILD_TYPE=Release -Wno-dev > /dev/null
+	cmake --build $(EXAMPLES)/pass-plugin -j 2 > /dev/null
+
+## install: the C library, its header, MLIR's C API library it links and the CMake package into
+## PREFIX (find_package(fxmlir) with -DCMAKE_PREFIX_PATH=PREFIX).
+PREFIX ?= /usr/local
+install: build
+	install -d $(PREFIX)/lib/cmake/fxmlir $(PREFIX)/include
+	install -m 755 target/release/libfxmlir.so target/release/libMLIR-C.so $(PREFIX)/lib
+	install -m 644 include/fxmlir.h $(PREFIX)/include
+	install -m 644 cmake/fxmlirConfig.cmake cmake/fxmlirConfigVersion.cmake \
+	    $(PREFIX)/lib/cmake/fxmlir
 
 ## demo: compile an MLP and a transformer block, check against eager, show speed and dumps.
 demo: setup

@@ -3,6 +3,7 @@
 
 use crate::context::Dialect;
 use crate::error::Result;
+use crate::native::{Kind, Plugin};
 use crate::pipeline::StageEdit;
 use crate::target::Target;
 use std::path::PathBuf;
@@ -47,12 +48,29 @@ pub struct ExtensionArgs {
     /// Load a dialect defined in IRDL into the compile. Repeatable.
     #[arg(long = "irdl-file")]
     pub irdl_file: Vec<PathBuf>,
+    /// Load a native MLIR pass plugin (`mlirGetPassPluginInfo`, built against the same
+    /// MLIR); its passes can then be named in a stage's passes. Repeatable.
+    #[arg(long = "load-pass-plugin")]
+    pub load_pass_plugin: Vec<PathBuf>,
+    /// Load a native MLIR dialect plugin (`mlirGetDialectPluginInfo`). Repeatable.
+    #[arg(long = "load-dialect-plugin")]
+    pub load_dialect_plugin: Vec<PathBuf>,
 }
 
 impl ExtensionArgs {
     /// The stage edits, in order.
     pub fn stages(&self) -> Result<Vec<StageEdit>> {
         self.add_stage.iter().map(|s| StageEdit::parse(s)).collect()
+    }
+
+    /// The native plugins, loaded (pass plugins register their passes).
+    pub fn plugins(&self) -> Result<Vec<Plugin>> {
+        let passes = self.load_pass_plugin.iter().map(|p| (p, Kind::Pass));
+        let dialects = self.load_dialect_plugin.iter().map(|p| (p, Kind::Dialect));
+        passes
+            .chain(dialects)
+            .map(|(path, kind)| crate::native::load(path, kind))
+            .collect()
     }
 
     /// The dialects, read from their files.

@@ -61,6 +61,10 @@ pub enum Error {
     #[error("dialect from {origin}: {message}")]
     Dialect { origin: String, message: String },
 
+    /// A native MLIR plugin (a shared object) that is refused or fails to load.
+    #[error("native plugin {path}: {message}")]
+    Plugin { path: String, message: String },
+
     /// A target spec that does not parse, or code for a target this host cannot run.
     #[error("{0}")]
     Target(String),

@@ -5,6 +5,7 @@
 //! [`jit`] (LLVM IR, O2 for the target, machine code) → [`runtime`] (zero-copy calls). The
 //! [`target`] (the CPU a compile is for) is an input to every layer, never read deep inside.
 
+pub mod capi;
 pub mod cli;
 pub mod context;
 pub mod dumps;
@@ -14,6 +15,7 @@ pub mod jit;
 pub mod libmvec;
 pub mod logging;
 pub mod lower;
+pub mod native;
 pub mod pipeline;
 pub mod runtime;
 pub mod target;

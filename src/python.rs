@@ -4,6 +4,7 @@
 
 use crate::context::Dialect;
 use crate::error::Error;
+use crate::native::Kind;
 use crate::pipeline::{Placement, Stage, StageEdit, StageParts};
 use crate::runtime::{CompiledGraph, Options, dlpack};
 use crate::target::Target;
@@ -234,16 +235,7 @@ fn compile(
     extensions: Option<&str>,
 ) -> PyResult<Compilation> {
     let target = parse_target(target, threads)?;
-    let (stages, dialects, extensions_key) = parse_extensions(extensions)?;
-    let options = Options {
-        pipeline: pipeline.to_string(),
-        dump_dir,
-        cache_dir,
-        target,
-        stages,
-        dialects,
-        extensions_key,
-    };
+    let options = parse_extensions(extensions)?.options(pipeline, dump_dir, cache_dir, target);
     if !background {
         let compiled = py.detach(|| compile_document(&json, &options))?;
         return Ok(Compilation {
@@ -364,6 +356,11 @@ struct ExtensionsDocument {
     stages: Vec<StageDocument>,
     #[serde(default)]
     dialects: Vec<DialectDocument>,
+    /// Native MLIR plugins (shared objects) to load.
+    #[serde(default)]
+    pass_plugins: Vec<PathBuf>,
+    #[serde(default)]
+    dialect_plugins: Vec<PathBuf>,
     /// What else changes the code: the active plugins and their options.
     #[serde(default)]
     key: String,
@@ -387,10 +384,42 @@ struct DialectDocument {
     irdl: String,
 }
 
-/// The stage edits, dialects and key of an extensions document (none without one).
-fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect>, String)> {
+/// What an extensions document adds to a compile.
+#[derive(Default)]
+struct Extensions {
+    stages: Vec<StageEdit>,
+    dialects: Vec<Dialect>,
+    plugins: Vec<crate::native::Plugin>,
+    key: String,
+}
+
+impl Extensions {
+    /// The options of a compile with these extensions.
+    fn options(
+        self,
+        pipeline: &str,
+        dump_dir: Option<PathBuf>,
+        cache_dir: Option<PathBuf>,
+        target: crate::Target,
+    ) -> Options {
+        Options {
+            pipeline: pipeline.to_string(),
+            dump_dir,
+            cache_dir,
+            target,
+            stages: self.stages,
+            dialects: self.dialects,
+            plugins: self.plugins,
+            extensions_key: self.key,
+        }
+    }
+}
+
+/// The stage edits, dialects, native plugins (loaded) and key of an extensions document (none
+/// without one).
+fn parse_extensions(json: Option<&str>) -> PyResult<Extensions> {
     let Some(json) = json else {
-        return Ok((Vec::new(), Vec::new(), String::new()));
+        return Ok(Extensions::default());
     };
     let document: ExtensionsDocument =
         serde_json::from_str(json).map_err(|e| to_py(Error::from(e)))?;
@@ -398,6 +427,9 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
         .stages
         .iter()
         .map(|s| {
+            if s.placement == "remove" {
+                return Ok(StageEdit::removing(&s.anchor));
+            }
             let placement = match s.placement.as_str() {
                 "before" => Placement::Before,
                 "after" => Placement::After,
@@ -405,7 +437,9 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
                 other => {
                     return Err(Error::PassPipeline {
                         pipeline: s.name.clone(),
-                        message: format!("placement `{other}`: expected before, after or replace"),
+                        message: format!(
+                            "placement `{other}`: expected before, after, replace or remove"
+                        ),
                     });
                 }
             };
@@ -433,7 +467,19 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
             irdl: d.irdl,
         })
         .collect();
-    Ok((stages, dialects, document.key))
+    let passes = document.pass_plugins.iter().map(|p| (p, Kind::Pass));
+    let dialect_plugins = document.dialect_plugins.iter().map(|p| (p, Kind::Dialect));
+    let plugins = passes
+        .chain(dialect_plugins)
+        .map(|(path, kind)| crate::native::load(path, kind))
+        .collect::<Result<Vec<_>, Error>>()
+        .map_err(to_py)?;
+    Ok(Extensions {
+        stages,
+        dialects,
+        plugins,
+        key: document.key,
+    })
 }
 
 /// Checks what `fxmlir.config` adds before any compile uses it: the stage edits apply to the
@@ -441,11 +487,14 @@ fn parse_extensions(json: Option<&str>) -> PyResult<(Vec<StageEdit>, Vec<Dialect
 /// and the dialects load. Raises `CompileError` naming the stage or dialect.
 #[pyfunction]
 fn check_extensions(pipeline: &str, extensions: &str) -> PyResult<Vec<String>> {
-    let (stages, dialects, _) = parse_extensions(Some(extensions))?;
+    let extensions = parse_extensions(Some(extensions))?;
     guard(|| {
         let context = crate::context::new_context()?;
-        let _dialects = crate::context::load_dialects(&context, &dialects)?;
-        let stages = crate::pipeline::edited(pipeline, &stages)?;
+        let _dialects = crate::context::load_dialects(&context, &extensions.dialects)?;
+        for plugin in &extensions.plugins {
+            plugin.register_dialects(&context);
+        }
+        let stages = crate::pipeline::edited(pipeline, &extensions.stages)?;
         for stage in &stages {
             crate::pipeline::check_stage(&context, stage)?;
         }
@@ -520,16 +569,7 @@ fn lower_to_stage(
     extensions: Option<&str>,
 ) -> PyResult<(String, Py<PyBytes>)> {
     let target = parse_target(target, threads)?;
-    let (stages, dialects, extensions_key) = parse_extensions(extensions)?;
-    let options = Options {
-        pipeline: pipeline.to_string(),
-        dump_dir,
-        cache_dir: None,
-        target,
-        stages,
-        dialects,
-        extensions_key,
-    };
+    let options = parse_extensions(extensions)?.options(pipeline, dump_dir, None, target);
     let (text, bytecode) = py.detach(|| {
         guard(|| {
             let graph = crate::Graph::from_json(json)?;

@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("crate::libmvec", 0),
     ("crate::logging", 0),
     ("crate::context", 0),
+    ("crate::native", 0),
     ("crate::pipeline::ir", 0),
     ("crate::graph", 1),
     ("crate::lower", 2),

@@ -30,6 +30,7 @@ from .backend import GoldenMismatch, compile_graph, fxmlir_backend
 from .config import config
 from .explain import ExplainReport, explain
 from .stages import Stage, StageEdit
+from .stages import removing as remove_stage
 
 __all__ = [
     "CallError",
@@ -41,6 +42,7 @@ __all__ = [
     "LoweringError",
     "Stage",
     "StageEdit",
+    "remove_stage",
     "TargetError",
     "UnsupportedOpError",
     "__version__",

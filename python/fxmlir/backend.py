@@ -353,18 +353,22 @@ def _checked_target(spec: str) -> str:
     return spec
 
 
-def _checked_extensions(
-    pipeline: str, edits: list[stages.StageEdit], dialects: list[str]
-) -> str | None:
-    """The stages and dialects ``fxmlir.config`` and the active plugins add (and the
-    plugins' key), as the compiles take them, once they apply to ``pipeline``, parse and
-    load; else ``CompileError`` naming the stage or dialect, whatever the fallback mode (like
-    a bad target: a setting to fix)."""
+def _checked_extensions() -> str | None:
+    """The stages, dialects and native plugins ``fxmlir.config`` and the active plugins add
+    (and the plugins' key), as the compiles take them, once they apply to the pipeline, parse
+    and load; else ``CompileError`` naming the stage, dialect or native plugin, whatever the
+    fallback mode (like a bad target: a setting to fix)."""
     active = plugins.active()
+    pipeline = config.pipeline
     added = stages.extensions(
-        [*edits, *(e for c in active for e in c.stages)],
-        [*dialects, *((f"plugin `{c.plugin.name}`", d) for c in active for d in c.dialects)],
+        [*config.stages, *(e for c in active for e in c.stages)],
+        [
+            *config.dialects,
+            *((f"plugin `{c.plugin.name}`", d) for c in active for d in c.dialects),
+        ],
         "\n".join(c.key for c in active),
+        config.pass_plugins,
+        config.dialect_plugins,
     )
     if added is not None:
         try:
@@ -413,7 +417,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         config.dump_dir,
         config.cache_dir,
         _checked_target(config.target),
-        _checked_extensions(config.pipeline, config.stages, config.dialects),
+        _checked_extensions(),
         config.golden,
     )
     background = config.background and not strict

@@ -68,6 +68,23 @@ class Config:
         ]
     )
 
+    #: Native MLIR pass plugins (shared objects exporting ``mlirGetPassPluginInfo``, built
+    #: against fxmlir's MLIR, see docs/c-api.md), loaded once per process; a stage's passes
+    #: may name their passes (``FXMLIR_PASS_PLUGINS``: paths separated by ``os.pathsep``).
+    pass_plugins: list[str] = dataclasses.field(
+        default_factory=lambda: [
+            p for p in os.environ.get("FXMLIR_PASS_PLUGINS", "").split(os.pathsep) if p
+        ]
+    )
+
+    #: Native MLIR dialect plugins (``mlirGetDialectPluginInfo``), registered with every
+    #: compile's context (``FXMLIR_DIALECT_PLUGINS``).
+    dialect_plugins: list[str] = dataclasses.field(
+        default_factory=lambda: [
+            p for p in os.environ.get("FXMLIR_DIALECT_PLUGINS", "").split(os.pathsep) if p
+        ]
+    )
+
     #: Golden check: every call of a compiled graph also runs the graph in eager PyTorch and
     #: compares; a difference raises ``GoldenMismatch`` naming the first op (node and source
     #: line) that differs. A debugging mode: each call costs an eager run, a difference one

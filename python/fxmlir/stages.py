@@ -52,10 +52,17 @@ class Stage:
         return StageEdit("replace", anchor, self)
 
 
+def removing(anchor: str) -> StageEdit:
+    """The edit that takes fxmlir's stage ``anchor`` out of the pipeline (its dumps and
+    work with it): ``fxmlir.config.stages = [fxmlir.remove_stage("parallel")]``."""
+    return StageEdit("remove", anchor, Stage(anchor, passes="builtin.module()"))
+
+
 @dataclasses.dataclass(frozen=True)
 class StageEdit:
     """A change to the pipeline: ``stage`` ``placement`` (``"before"``, ``"after"`` or
-    ``"replace"``) the stage named ``anchor``. Edits apply in order."""
+    ``"replace"``) the stage named ``anchor``, or (``"remove"``) that stage out. Edits apply
+    in order."""
 
     placement: str
     anchor: str
@@ -76,12 +83,16 @@ def _dialect(entry: str | tuple[str, str]) -> dict[str, str]:
 
 
 def extensions(
-    stages: Sequence[StageEdit], dialects: Sequence[str | tuple[str, str]], key: str = ""
+    stages: Sequence[StageEdit],
+    dialects: Sequence[str | tuple[str, str]],
+    key: str = "",
+    pass_plugins: Sequence[str] = (),
+    dialect_plugins: Sequence[str] = (),
 ) -> str | None:
-    """What ``_fxmlir.compile`` takes as ``extensions``: the edits, the dialects and what
-    else changes the code (``key``: the active plugins and their options) as JSON; ``None``
-    when there are none."""
-    if not stages and not dialects and not key:
+    """What ``_fxmlir.compile`` takes as ``extensions``: the edits, the dialects, the native
+    plugins' paths and what else changes the code (``key``: the active plugins and their
+    options) as JSON; ``None`` when there are none."""
+    if not (stages or dialects or key or pass_plugins or dialect_plugins):
         return None
     for edit in stages:
         if not isinstance(edit, StageEdit):
@@ -103,6 +114,8 @@ def extensions(
             for e in stages
         ],
         "dialects": [_dialect(d) for d in dialects],
+        "pass_plugins": [os.fspath(p) for p in pass_plugins],
+        "dialect_plugins": [os.fspath(p) for p in dialect_plugins],
         "key": key,
     }
     return json.dumps(document)

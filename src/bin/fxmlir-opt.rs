@@ -107,6 +107,9 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
     let context = fxmlir::context::new_context()?;
     let dialects = cli.extensions.dialects()?;
     let _loaded = fxmlir::context::load_dialects(&context, &dialects)?;
+    for plugin in cli.extensions.plugins()? {
+        plugin.register_dialects(&context);
+    }
     let mut module = if cli.import {
         // Comment lines (RUN/CHECK lines of a lit test) are not part of the JSON; they are
         // blanked rather than dropped so that parse errors report the file's own lines.

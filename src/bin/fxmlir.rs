@@ -86,6 +86,7 @@ impl CompileArgs {
             target: self.target.target(None)?,
             stages: self.extensions.stages()?,
             dialects: self.extensions.dialects()?,
+            plugins: self.extensions.plugins()?,
             extensions_key: String::new(),
         })
     }

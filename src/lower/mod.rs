@@ -79,7 +79,7 @@ impl Registry {
     }
 
     /// A row whose node becomes `whole`'s op of fxmlir's dialect, `lower` writing its
-    /// decomposition (see [`whole`]).
+    /// decomposition (see [`Whole`]).
     pub fn add_whole<F>(&mut self, op: &'static str, whole: Whole, lower: F)
     where
         F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>

@@ -286,6 +286,8 @@ pub enum Placement {
     Before,
     After,
     Replace,
+    /// The anchor stage leaves the pipeline (the edit's stage is not used).
+    Remove,
 }
 
 /// A change to a pipeline's stages: `stage` before, after or instead of the stage named
@@ -370,6 +372,19 @@ impl Stage {
 }
 
 impl StageEdit {
+    /// The edit that takes the stage named `anchor` out of the pipeline.
+    pub fn removing(anchor: &str) -> StageEdit {
+        StageEdit {
+            placement: Placement::Remove,
+            anchor: anchor.to_string(),
+            stage: Stage {
+                name: Cow::Owned(anchor.to_string()),
+                pipeline: Cow::Borrowed("builtin.module()"),
+                hook: Hook::None,
+            },
+        }
+    }
+
     /// The edit a command line spells `PLACEMENT:ANCHOR:NAME:KIND=VALUE`, with `before`,
     /// `after` or `replace`, and `passes=<pipeline>`, `transform=<file>`, `pdl=<file>` or
     /// `work=<fxmlir stage>[:passes=<pipeline>]`: `after:fusion:cse:passes=builtin.module(cse)`.
@@ -378,6 +393,9 @@ impl StageEdit {
             pipeline: spec.to_string(),
             message,
         };
+        if let Some(anchor) = spec.strip_prefix("remove:") {
+            return Ok(StageEdit::removing(anchor));
+        }
         let mut parts = spec.splitn(4, ':');
         let (Some(placement), Some(anchor), Some(name), Some(body)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -392,7 +410,7 @@ impl StageEdit {
             "replace" => Placement::Replace,
             other => {
                 return Err(invalid(format!(
-                    "placement `{other}`: expected before, after or replace"
+                    "placement `{other}`: expected before, after, replace or remove"
                 )));
             }
         };
@@ -489,7 +507,7 @@ pub fn edited(name: &str, edits: &[StageEdit]) -> Result<Vec<Stage>> {
         message,
     };
     for edit in edits {
-        if !valid_stage_name(&edit.stage.name) {
+        if edit.placement != Placement::Remove && !valid_stage_name(&edit.stage.name) {
             return Err(invalid(format!(
                 "stage name `{}`: use letters, digits, `-` and `_`",
                 edit.stage.name
@@ -499,15 +517,15 @@ pub fn edited(name: &str, edits: &[StageEdit]) -> Result<Vec<Stage>> {
             .iter()
             .position(|s| s.name == edit.anchor)
             .ok_or_else(|| {
+                let what = match edit.placement {
+                    Placement::Before => format!("to put `{}` before", edit.stage.name),
+                    Placement::After => format!("to put `{}` after", edit.stage.name),
+                    Placement::Replace => format!("to put `{}` in place of", edit.stage.name),
+                    Placement::Remove => "to remove".to_string(),
+                };
                 invalid(format!(
-                    "no stage `{}` to put `{}` {}; stages: {}",
+                    "no stage `{}` {what}; stages: {}",
                     edit.anchor,
-                    edit.stage.name,
-                    match edit.placement {
-                        Placement::Before => "before",
-                        Placement::After => "after",
-                        Placement::Replace => "in place of",
-                    },
                     stages
                         .iter()
                         .map(|s| s.name.as_ref())
@@ -519,6 +537,9 @@ pub fn edited(name: &str, edits: &[StageEdit]) -> Result<Vec<Stage>> {
             Placement::Before => stages.insert(at, edit.stage.clone()),
             Placement::After => stages.insert(at + 1, edit.stage.clone()),
             Placement::Replace => stages[at] = edit.stage.clone(),
+            Placement::Remove => {
+                stages.remove(at);
+            }
         }
         let mut names: Vec<&str> = stages.iter().map(|s| s.name.as_ref()).collect();
         names.sort_unstable();

@@ -17,7 +17,7 @@ use crate::jit::alloc;
 use std::ffi::c_void;
 
 /// `DLDeviceType::kDLCPU`.
-const DEVICE_CPU: i32 = 1;
+pub const DEVICE_CPU: i32 = 1;
 
 #[repr(C)]
 pub struct Device {
@@ -58,7 +58,7 @@ struct Holder {
 }
 
 /// DLPack's type code and bit width of an element.
-fn data_type(dtype: DType) -> DataType {
+pub fn data_type(dtype: DType) -> DataType {
     // kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
     let code = match dtype {
         DType::Bool => 6,

@@ -33,6 +33,9 @@ pub struct Options {
     pub stages: Vec<StageEdit>,
     /// IRDL dialects loaded into the compile's context before lowering.
     pub dialects: Vec<Dialect>,
+    /// Native MLIR plugins, loaded: their passes may be named in stages, their dialects are
+    /// registered with the compile's context.
+    pub plugins: Vec<crate::native::Plugin>,
     /// What else changes the code, as its caller states it (the Python backend: the active
     /// plugins and their options).
     pub extensions_key: String,
@@ -48,6 +51,7 @@ impl Options {
             target,
             stages: Vec::new(),
             dialects: Vec::new(),
+            plugins: Vec::new(),
             extensions_key: String::new(),
         }
     }
@@ -63,6 +67,7 @@ impl Options {
             target,
             stages,
             dialects,
+            plugins,
             extensions_key,
         } = self;
         let digest = |text: &str| cache::hex_digest(text.as_bytes());
@@ -84,11 +89,16 @@ impl Options {
             })
             .collect();
         let dialects: Vec<String> = dialects.iter().map(|d| digest(&d.irdl)).collect();
+        let plugins: Vec<String> = plugins
+            .iter()
+            .map(|p| format!("{:?}:{}", p.kind, p.digest))
+            .collect();
         format!(
-            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}] extensions={extensions_key:?}",
+            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}] plugins=[{}] extensions={extensions_key:?}",
             target.describe(),
             stages.join(" "),
-            dialects.join(" ")
+            dialects.join(" "),
+            plugins.join(" ")
         )
     }
 }
@@ -273,6 +283,95 @@ pub fn lower_to(
     Ok(module)
 }
 
+/// The graph lowered to MLIR, before any stage: the `00-input` module, printed with
+/// locations.
+pub fn lowered(graph: &Graph, options: &Options) -> Result<String> {
+    in_context(options, |context| {
+        let module = crate::lower::lower_graph(context, graph, &options.target)?;
+        pipeline::verify(context, &module, &graph.name)?;
+        Ok(pipeline::print_module(&module))
+    })
+}
+
+/// Runs the stages of `options` on an MLIR module given as text or bytecode, through the
+/// stage named `last` (all of them without one), and prints the result with locations. Its
+/// dumps, if any, are named `module.NN-<stage>.mlir`.
+pub fn run_stages_on(mlir: &[u8], options: &Options, last: Option<&str>) -> Result<String> {
+    let stages = stages_through(options, last)?;
+    let dumps = dumps_for(options, "module");
+    in_context(options, |context| {
+        let diagnostics = pipeline::Diagnostics::capture(context);
+        // SAFETY: the string ref points into `mlir`, alive for the call; MLIR's parser reads
+        // text or bytecode alike.
+        let raw = unsafe {
+            mlir_sys::mlirModuleCreateParse(
+                context.to_raw(),
+                mlir_sys::MlirStringRef {
+                    data: mlir.as_ptr().cast(),
+                    length: mlir.len(),
+                },
+            )
+        };
+        if raw.ptr.is_null() {
+            return Err(Error::InvalidGraph(format!(
+                "the MLIR does not parse:\n{}",
+                diagnostics.take()
+            )));
+        }
+        drop(diagnostics);
+        // SAFETY: a module just parsed in `context`, owned from here on.
+        let mut module = unsafe { melior::ir::Module::from_raw(raw) };
+        pipeline::run_stages(
+            context,
+            &mut module,
+            &stages,
+            dumps.as_ref(),
+            1,
+            &options.target,
+            &crate::context::irdl_of(&options.dialects),
+        )?;
+        Ok(pipeline::print_module(&module))
+    })
+}
+
+/// The stages of `options`'s pipeline with its edits, through the stage named `last` (all
+/// without one).
+fn stages_through(options: &Options, last: Option<&str>) -> Result<Vec<pipeline::Stage>> {
+    let mut stages = pipeline::edited(&options.pipeline, &options.stages)?;
+    if let Some(last) = last {
+        let at = stages
+            .iter()
+            .position(|s| s.name == last)
+            .ok_or_else(|| Error::PassPipeline {
+                pipeline: options.pipeline.clone(),
+                message: format!("no stage `{last}` to stop after"),
+            })?;
+        stages.truncate(at + 1);
+    }
+    Ok(stages)
+}
+
+/// Where the dumps of the graph `graph` go, if `options` asks for dumps.
+fn dumps_for(options: &Options, graph: &str) -> Option<Dumps> {
+    options.dump_dir.as_ref().map(|dir| Dumps {
+        dir: dir.clone(),
+        graph: graph.to_string(),
+        irdl: crate::context::irdl_of(&options.dialects),
+    })
+}
+
+/// Runs `f` in a fresh context holding fxmlir's dialect, the dialects of `options` and those
+/// of its native plugins.
+fn in_context<T>(options: &Options, f: impl FnOnce(&melior::Context) -> Result<T>) -> Result<T> {
+    let context = crate::context::new_context()?;
+    // Alive as long as the context, which refers to the dialects they define.
+    let _dialects = crate::context::load_dialects(&context, &options.dialects)?;
+    for plugin in &options.plugins {
+        plugin.register_dialects(&context);
+    }
+    f(&context)
+}
+
 /// What the stages of a compile leave beside the module: timings, dump files, warnings.
 #[derive(Default)]
 struct Front {
@@ -290,73 +389,53 @@ fn front<T>(
     stop: Option<&str>,
     finish: impl FnOnce(&melior::ir::Module, Option<&Dumps>, &mut Front) -> Result<T>,
 ) -> Result<(T, Front)> {
-    let irdl = crate::context::irdl_of(&options.dialects);
-    let dumps = options.dump_dir.as_ref().map(|dir| Dumps {
-        dir: dir.clone(),
-        graph: graph.name.clone(),
-        irdl: irdl.clone(),
-    });
+    let dumps = dumps_for(options, &graph.name);
     let mut front = Front::default();
     if let (Some(d), Some(text)) = (&dumps, json) {
         front.dumped.push(d.write("fx.json", text)?);
     }
-    let mut stages = pipeline::edited(&options.pipeline, &options.stages)?;
-    if let Some(stop) = stop {
-        let last =
-            stages
-                .iter()
-                .position(|s| s.name == stop)
-                .ok_or_else(|| Error::PassPipeline {
-                    pipeline: options.pipeline.clone(),
-                    message: format!("no stage `{stop}` to stop after"),
-                })?;
-        stages.truncate(last + 1);
-    }
-
+    let stages = stages_through(options, stop)?;
     let start = Instant::now();
-    let context = crate::context::new_context()?;
-    // Alive as long as the context, which refers to the dialects they define.
-    let _dialects = crate::context::load_dialects(&context, &options.dialects)?;
-    front.timings.push(("context".to_string(), start.elapsed()));
-
-    let start = Instant::now();
-    let mut module = {
-        let _s = tracing::debug_span!("lower").entered();
-        crate::lower::lower_graph(&context, graph, &options.target)?
-    };
-    pipeline::verify(&context, &module, &graph.name)?;
-    front.timings.push(("lower".to_string(), start.elapsed()));
-    if let Some(d) = &dumps {
-        front
-            .dumped
-            .push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
-    }
-
-    let ran = pipeline::run_stages(
-        &context,
-        &mut module,
-        &stages,
-        dumps.as_ref(),
-        1,
-        &options.target,
-        &irdl,
-    )?;
-    front.timings.extend(ran.timings);
-    front.warnings = ran.skipped;
-    if let Some(d) = &dumps {
-        for (i, stage) in stages.iter().enumerate() {
-            // Written unless the transform script could not be built.
-            let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
-            if stage.hook.has_script() && transform.exists() {
-                front.dumped.push(transform);
-            }
+    in_context(options, |context| {
+        front.timings.push(("context".to_string(), start.elapsed()));
+        let start = Instant::now();
+        let mut module = {
+            let _s = tracing::debug_span!("lower").entered();
+            crate::lower::lower_graph(context, graph, &options.target)?
+        };
+        pipeline::verify(context, &module, &graph.name)?;
+        front.timings.push(("lower".to_string(), start.elapsed()));
+        if let Some(d) = &dumps {
             front
                 .dumped
-                .push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
+                .push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
         }
-    }
-    let value = finish(&module, dumps.as_ref(), &mut front)?;
-    Ok((value, front))
+        let ran = pipeline::run_stages(
+            context,
+            &mut module,
+            &stages,
+            dumps.as_ref(),
+            1,
+            &options.target,
+            &crate::context::irdl_of(&options.dialects),
+        )?;
+        front.timings.extend(ran.timings);
+        front.warnings = ran.skipped;
+        if let Some(d) = &dumps {
+            for (i, stage) in stages.iter().enumerate() {
+                // Written unless the transform script could not be built.
+                let transform = d.path(&pipeline::transform_dump_suffix(i + 1, stage));
+                if stage.hook.has_script() && transform.exists() {
+                    front.dumped.push(transform);
+                }
+                front
+                    .dumped
+                    .push(d.path(&format!("{:02}-{}.mlir", i + 1, stage.name)));
+            }
+        }
+        let value = finish(&module, dumps.as_ref(), &mut front)?;
+        Ok((value, front))
+    })
 }
 
 /// [`build`], then links the objects into a kernel and stores them in the disk cache (if

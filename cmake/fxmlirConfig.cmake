@@ -1,0 +1,41 @@
+# The fxmlir package for CMake: `find_package(fxmlir CONFIG REQUIRED)`, then link
+# `fxmlir::fxmlir` (the C API: include/fxmlir.h, libfxmlir.so).
+#
+# From a source build (`make build` or `cargo build --release --lib`):
+#   cmake -DCMAKE_PREFIX_PATH=<repo>/cmake ...
+# From an install (`make install PREFIX=<prefix>`): -DCMAKE_PREFIX_PATH=<prefix>.
+#
+# Sets fxmlir_ABI_VERSION (FXMLIR_ABI_VERSION in the header; check fxmlir_abi_version() at run
+# time too), fxmlir_INCLUDE_DIR and fxmlir_LIBRARY.
+
+set(fxmlir_ABI_VERSION 1)
+
+get_filename_component(_fxmlir_here "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
+if(EXISTS "${_fxmlir_here}/../include/fxmlir.h" AND EXISTS "${_fxmlir_here}/../Cargo.toml")
+  # <repo>/cmake: the source tree.
+  get_filename_component(_fxmlir_root "${_fxmlir_here}/.." ABSOLUTE)
+  set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
+  set(fxmlir_LIBRARY "${_fxmlir_root}/target/release/libfxmlir.so")
+  set(_fxmlir_hint "build it in ${_fxmlir_root} with `make build` (or `cargo build --release --lib`)")
+else()
+  # <prefix>/lib/cmake/fxmlir: an install.
+  get_filename_component(_fxmlir_root "${_fxmlir_here}/../../.." ABSOLUTE)
+  set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
+  set(fxmlir_LIBRARY "${_fxmlir_root}/lib/libfxmlir.so")
+  set(_fxmlir_hint "reinstall fxmlir into ${_fxmlir_root} (`make install PREFIX=${_fxmlir_root}`)")
+endif()
+
+if(NOT EXISTS "${fxmlir_LIBRARY}" OR NOT EXISTS "${fxmlir_INCLUDE_DIR}/fxmlir.h")
+  set(fxmlir_FOUND FALSE)
+  set(fxmlir_NOT_FOUND_MESSAGE "fxmlir: no ${fxmlir_LIBRARY}: ${_fxmlir_hint}")
+  return()
+endif()
+
+if(NOT TARGET fxmlir::fxmlir)
+  add_library(fxmlir::fxmlir SHARED IMPORTED)
+  set_target_properties(fxmlir::fxmlir PROPERTIES
+    IMPORTED_LOCATION "${fxmlir_LIBRARY}"
+    IMPORTED_SONAME "libfxmlir.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${fxmlir_INCLUDE_DIR}")
+endif()
+set(fxmlir_FOUND TRUE)
