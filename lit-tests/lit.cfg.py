@@ -5,16 +5,18 @@
 #
 # RUN lines call the built tools by name: fxmlir-opt and fxmlir (from target/release, or
 # $FXMLIR_BIN_DIR) and FileCheck, not, split-file, mlir-opt (from /usr/lib/llvm-22/bin, or
-# $LLVM_BIN_DIR). Nothing here builds anything: run `cargo build --release` first.
+# $LLVM_BIN_DIR), and the C API examples and the example pass plugin (target/examples, from
+# `make examples`). Nothing here builds anything: run `make build examples` first.
 
 import os
+import sys
 
 import lit.formats
 
 config.name = "fxmlir"
 config.test_format = lit.formats.ShTest(execute_external=False)
 # Graph-file tests are JSON chunks with `//` comment lines (RUN/CHECK); IR tests are .mlir.
-config.suffixes = [".mlir", ".json"]
+config.suffixes = [".mlir", ".json", ".test"]
 # Support files that are not tests.
 config.excludes = ["Inputs", "lit.cfg.py"]
 
@@ -46,10 +48,23 @@ for tool in ("FileCheck", "not", "mlir-opt", "split-file"):
             "holding FileCheck, not, split-file and mlir-opt."
         )
 
+examples = os.path.join(repo_root, "target", "examples")
+for built in ("c-api/run_graph", "c-api/stages", "pass-plugin/FxmlirExamplePasses.so"):
+    if not os.path.isfile(os.path.join(examples, built)):
+        lit_config.fatal(
+            f"{os.path.join(examples, built)} not found: build the C API examples and the "
+            "example pass plugin with `make examples`."
+        )
+
 # Tools resolve by name through PATH: our binaries first, then LLVM's, then the system's
 # (grep, cat, ls for the CLI tests).
 config.environment["PATH"] = os.pathsep.join(
-    [fxmlir_bin, llvm_bin, config.environment.get("PATH", os.environ.get("PATH", ""))]
+    [
+        fxmlir_bin,
+        os.path.join(examples, "c-api"),
+        llvm_bin,
+        config.environment.get("PATH", os.environ.get("PATH", "")),
+    ]
 )
 # Deterministic, quiet tools: no dump directory, compile cache or log filter leaks in from the
 # caller.
@@ -59,6 +74,10 @@ config.environment["RUST_BACKTRACE"] = "0"
 
 config.substitutions.append(("%fxmlir_bin", fxmlir_bin))
 config.substitutions.append(("%llvm_bin", llvm_bin))
+config.substitutions.append(
+    ("%pass_plugin", os.path.join(examples, "pass-plugin", "FxmlirExamplePasses.so"))
+)
+config.substitutions.append(("%python", sys.executable))
 
 # The IR a test checks never depends on the machine running it: a test that checks a CPU's
 # lowering states it (`--target=skylake-avx512`), and every other compile is for a generic AVX2

@@ -214,6 +214,7 @@ fn process_sonames() -> Result<Vec<String>> {
             sonames.push(soname);
         }
     }
+    sonames.sort();
     Ok(sonames)
 }
 

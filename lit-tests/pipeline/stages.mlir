@@ -8,6 +8,10 @@
 // RUN:   | FileCheck %s --check-prefix=WORK --implicit-check-not=linalg.matmul
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'before:fusion:mine:work=tiling' %s 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BAD-WORK
+// RUN: fxmlir-opt --pipeline fusion --add-stage 'before:fusion:cse:passes=builtin.module(cse)' --add-stage remove:fusion %s \
+// RUN:   | FileCheck %s --check-prefix=REMOVED
+// RUN: not fxmlir-opt --pipeline fusion --add-stage remove:tiling %s 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=REMOVE-UNKNOWN
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:tiling:x:passes=builtin.module(cse)' %s 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=ANCHOR
 // RUN: not fxmlir-opt --pipeline fusion --add-stage 'after:fusion:bad:pdl=%S/Inputs/generalize.transform.mlir' %s 2>&1 \
@@ -47,12 +51,18 @@
 
 // BAD-WORK: error: invalid pass pipeline `mine`: no work `tiling`: fxmlir's stages with work of their own are expand, schedule, parallel, outline, loops, llvm
 
+// `remove:STAGE` takes a stage out: with fusion gone, the elementwise op stays a generic of
+// its own after the product.
+// REMOVED:       linalg.matmul
+// REMOVED-NEXT:  linalg.generic
+// REMOVE-UNKNOWN: error: invalid pass pipeline `fusion`: no stage `tiling` to remove; stages: fusion
+
 // ANCHOR: error: invalid pass pipeline `fusion`: no stage `tiling` to put `x` after; stages: fusion
 // BAD-PDL: pipeline stage `bad` failed:
 // BAD-PDL: the stage's PDL patterns
 // BAD-PASSES: error: invalid pass pipeline `builtin.module(no-such-pass)`
 // BAD-NAME: error: invalid pass pipeline `fusion`: stage name `dumps/x`: use letters, digits, `-` and `_`
-// BAD-PLACEMENT: placement `beside`: expected before, after or replace
+// BAD-PLACEMENT: placement `beside`: expected before, after, replace or remove
 // NO-PIPELINE: error: --add-stage edits a named pipeline: give it with --pipeline
 
 func.func @product_then_tanh(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) -> tensor<8x32xf32> {

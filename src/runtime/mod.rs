@@ -409,6 +409,7 @@ fn front<T>(
             front
                 .dumped
                 .push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
+            front.dumped.push(d.path(crate::dumps::IRDL_SUFFIX));
         }
         let ran = pipeline::run_stages(
             context,

@@ -1,0 +1,2 @@
+/* Stands in for another version's libMLIR.so (only its soname matters). */
+int stand_in;
