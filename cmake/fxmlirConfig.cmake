@@ -6,9 +6,12 @@
 # From an install (`make install PREFIX=<prefix>`): -DCMAKE_PREFIX_PATH=<prefix>.
 #
 # Sets fxmlir_ABI_VERSION (FXMLIR_ABI_VERSION in the header; check fxmlir_abi_version() at run
-# time too), fxmlir_INCLUDE_DIR and fxmlir_LIBRARY.
+# time too), fxmlir_INCLUDE_DIR and fxmlir_LIBRARY. `fxmlir::mlir_c` is the MLIR C API fxmlir
+# runs (libMLIR-C.so and MLIR's headers, from fxmlir_MLIR_PREFIX): link it to write a C pass
+# for fxmlir_session_add_external_stage (include/fxmlir-mlir.h).
 
 set(fxmlir_ABI_VERSION 1)
+set(fxmlir_MLIR_PREFIX "/usr/lib/llvm-22" CACHE PATH "The LLVM/MLIR 22 fxmlir was built against")
 
 get_filename_component(_fxmlir_here "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
 if(EXISTS "${_fxmlir_here}/../include/fxmlir.h" AND EXISTS "${_fxmlir_here}/../Cargo.toml")
@@ -16,12 +19,14 @@ if(EXISTS "${_fxmlir_here}/../include/fxmlir.h" AND EXISTS "${_fxmlir_here}/../C
   get_filename_component(_fxmlir_root "${_fxmlir_here}/.." ABSOLUTE)
   set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
   set(fxmlir_LIBRARY "${_fxmlir_root}/target/release/libfxmlir.so")
+  set(fxmlir_MLIR_C_LIBRARY "${_fxmlir_root}/target/release/libMLIR-C.so")
   set(_fxmlir_hint "build it in ${_fxmlir_root} with `make build` (or `cargo build --release --lib`)")
 else()
   # <prefix>/lib/cmake/fxmlir: an install.
   get_filename_component(_fxmlir_root "${_fxmlir_here}/../../.." ABSOLUTE)
   set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
   set(fxmlir_LIBRARY "${_fxmlir_root}/lib/libfxmlir.so")
+  set(fxmlir_MLIR_C_LIBRARY "${_fxmlir_root}/lib/libMLIR-C.so")
   set(_fxmlir_hint "reinstall fxmlir into ${_fxmlir_root} (`make install PREFIX=${_fxmlir_root}`)")
 endif()
 
@@ -37,5 +42,12 @@ if(NOT TARGET fxmlir::fxmlir)
     IMPORTED_LOCATION "${fxmlir_LIBRARY}"
     IMPORTED_SONAME "libfxmlir.so"
     INTERFACE_INCLUDE_DIRECTORIES "${fxmlir_INCLUDE_DIR}")
+endif()
+if(NOT TARGET fxmlir::mlir_c)
+  add_library(fxmlir::mlir_c SHARED IMPORTED)
+  set_target_properties(fxmlir::mlir_c PROPERTIES
+    IMPORTED_LOCATION "${fxmlir_MLIR_C_LIBRARY}"
+    IMPORTED_SONAME "libMLIR-C.so"
+    INTERFACE_INCLUDE_DIRECTORIES "${fxmlir_MLIR_PREFIX}/include")
 endif()
 set(fxmlir_FOUND TRUE)

@@ -10,7 +10,8 @@ use crate::context::Dialect;
 use crate::error::Error;
 use crate::graph::{Graph, TensorMeta};
 use crate::native::{self, Kind};
-use crate::pipeline::StageEdit;
+use crate::pipeline::external::ExternalPass;
+use crate::pipeline::{Placement, StageEdit};
 use crate::runtime::{self, CompiledGraph, Options, dlpack};
 use crate::target::Target;
 use std::cell::RefCell;
@@ -376,6 +377,55 @@ pub unsafe extern "C" fn fxmlir_session_load_plugin(
             Ok(())
         })
     }
+}
+
+/// Adds a stage whose work is a pass written in C against MLIR's C API
+/// (`mlirCreateExternalPass`'s callbacks), run on every `op_name` operation (`func.func`,
+/// `builtin.module`): `placement` (`before`, `after` or `replace`) the stage `anchor`.
+///
+/// # Safety
+/// `session` is a live session; the strings are NUL-terminated; the callbacks are valid C
+/// functions taking `user_data`, callable from any thread that compiles with the session, for
+/// as long as the session (or a kernel compiled with it) lives.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fxmlir_session_add_external_stage(
+    session: *mut fxmlir_session,
+    placement: *const c_char,
+    anchor: *const c_char,
+    name: *const c_char,
+    op_name: *const c_char,
+    callbacks: mlir_sys::MlirExternalPassCallbacks,
+    user_data: *mut std::ffi::c_void,
+) -> fxmlir_status {
+    guard(|| {
+        // SAFETY: see the function's contract.
+        let (session, placement, anchor, name, op_name) = unsafe {
+            (
+                handle_mut(session, "session")?,
+                text(placement, "the placement")?,
+                text(anchor, "the anchor")?,
+                text(name, "the stage name")?,
+                text(op_name, "the op name")?,
+            )
+        };
+        let placement = match placement {
+            "before" => Placement::Before,
+            "after" => Placement::After,
+            "replace" => Placement::Replace,
+            other => {
+                return Err(argument(format!(
+                    "placement `{other}`: expected before, after or replace"
+                )));
+            }
+        };
+        // SAFETY: see the function's contract.
+        let pass = unsafe { ExternalPass::new(name, op_name, callbacks, user_data) };
+        let mut stages = session.options.stages.clone();
+        stages.push(StageEdit::external(placement, anchor, pass));
+        crate::pipeline::edited(&session.options.pipeline, &stages)?;
+        session.options.stages = stages;
+        Ok(())
+    })
 }
 
 /// A graph document (interchange JSON) as text.

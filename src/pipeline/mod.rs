@@ -6,6 +6,7 @@
 //! replays with stock `mlir-opt`), after them it erases the script.
 
 mod chains;
+pub mod external;
 pub mod ir;
 pub mod outline;
 pub mod pairs;
@@ -76,6 +77,9 @@ pub enum Hook {
     /// A PDL pattern module, applied greedily to the whole module before the passes
     /// ([`patterns::apply`]).
     Patterns(Cow<'static, str>),
+    /// A pass written in C against MLIR's C API, run before the passes
+    /// ([`external::run`]).
+    External(std::sync::Arc<external::ExternalPass>),
 }
 
 impl Hook {
@@ -112,6 +116,7 @@ impl Hook {
                 Ok(0)
             }
             Hook::Patterns(pdl) => patterns::apply(context, module, pdl, stage),
+            Hook::External(pass) => external::run(context, module, pass),
         }
     }
 
@@ -146,7 +151,7 @@ impl Hook {
                     "window loops marked for full unrolling, vector math made libmvec calls"
                 );
             }
-            Hook::None | Hook::Expand | Hook::Outline | Hook::Patterns(_) => {}
+            Hook::None | Hook::Expand | Hook::Outline | Hook::Patterns(_) | Hook::External(_) => {}
         }
         Ok(())
     }
@@ -372,6 +377,24 @@ impl Stage {
 }
 
 impl StageEdit {
+    /// The edit that places a stage running `pass` (a C pass, see [`external`]) and no passes
+    /// `placement` the stage named `anchor`.
+    pub fn external(
+        placement: Placement,
+        anchor: &str,
+        pass: std::sync::Arc<external::ExternalPass>,
+    ) -> StageEdit {
+        StageEdit {
+            placement,
+            anchor: anchor.to_string(),
+            stage: Stage {
+                name: Cow::Owned(pass.name.clone()),
+                pipeline: Cow::Borrowed("builtin.module()"),
+                hook: Hook::External(pass),
+            },
+        }
+    }
+
     /// The edit that takes the stage named `anchor` out of the pipeline.
     pub fn removing(anchor: &str) -> StageEdit {
         StageEdit {
