@@ -41,7 +41,7 @@ venv:
 ## build: the extension into the venv (editable), the CLIs onto the venv's PATH, and the C
 ## library (target/release/libfxmlir.so, include/fxmlir.h; CMake: cmake/).
 build: venv
-	$(VENV)/bin/maturin develop --release -q
+	$(VENV)/bin/maturin develop --profile python -q
 	cargo build --release --bins --lib -q
 	ln -sf $(CURDIR)/target/release/fxmlir $(VENV)/bin/fxmlir
 	ln -sf $(CURDIR)/target/release/fxmlir-opt $(VENV)/bin/fxmlir-opt

@@ -17,18 +17,17 @@ get_filename_component(_fxmlir_here "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
 if(EXISTS "${_fxmlir_here}/../include/fxmlir.h" AND EXISTS "${_fxmlir_here}/../Cargo.toml")
   # <repo>/cmake: the source tree.
   get_filename_component(_fxmlir_root "${_fxmlir_here}/.." ABSOLUTE)
-  set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
-  set(fxmlir_LIBRARY "${_fxmlir_root}/target/release/libfxmlir.so")
-  set(fxmlir_MLIR_C_LIBRARY "${_fxmlir_root}/target/release/libMLIR-C.so")
+  set(_fxmlir_libdir "${_fxmlir_root}/target/release")
   set(_fxmlir_hint "build it in ${_fxmlir_root} with `make build` (or `cargo build --release --lib`)")
 else()
   # <prefix>/lib/cmake/fxmlir: an install.
   get_filename_component(_fxmlir_root "${_fxmlir_here}/../../.." ABSOLUTE)
-  set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
-  set(fxmlir_LIBRARY "${_fxmlir_root}/lib/libfxmlir.so")
-  set(fxmlir_MLIR_C_LIBRARY "${_fxmlir_root}/lib/libMLIR-C.so")
+  set(_fxmlir_libdir "${_fxmlir_root}/lib")
   set(_fxmlir_hint "reinstall fxmlir into ${_fxmlir_root} (`make install PREFIX=${_fxmlir_root}`)")
 endif()
+set(fxmlir_INCLUDE_DIR "${_fxmlir_root}/include")
+set(fxmlir_LIBRARY "${_fxmlir_libdir}/libfxmlir.so")
+set(fxmlir_MLIR_C_LIBRARY "${_fxmlir_libdir}/libMLIR-C.so")
 
 if(NOT EXISTS "${fxmlir_LIBRARY}" OR NOT EXISTS "${fxmlir_INCLUDE_DIR}/fxmlir.h")
   set(fxmlir_FOUND FALSE)
@@ -36,18 +35,16 @@ if(NOT EXISTS "${fxmlir_LIBRARY}" OR NOT EXISTS "${fxmlir_INCLUDE_DIR}/fxmlir.h"
   return()
 endif()
 
-if(NOT TARGET fxmlir::fxmlir)
-  add_library(fxmlir::fxmlir SHARED IMPORTED)
-  set_target_properties(fxmlir::fxmlir PROPERTIES
-    IMPORTED_LOCATION "${fxmlir_LIBRARY}"
-    IMPORTED_SONAME "libfxmlir.so"
-    INTERFACE_INCLUDE_DIRECTORIES "${fxmlir_INCLUDE_DIR}")
-endif()
-if(NOT TARGET fxmlir::mlir_c)
-  add_library(fxmlir::mlir_c SHARED IMPORTED)
-  set_target_properties(fxmlir::mlir_c PROPERTIES
-    IMPORTED_LOCATION "${fxmlir_MLIR_C_LIBRARY}"
-    IMPORTED_SONAME "libMLIR-C.so"
-    INTERFACE_INCLUDE_DIRECTORIES "${fxmlir_MLIR_PREFIX}/include")
-endif()
+# An imported shared library: its target, file, soname and include directory.
+function(_fxmlir_import target location soname include)
+  if(NOT TARGET ${target})
+    add_library(${target} SHARED IMPORTED)
+    set_target_properties(${target} PROPERTIES
+      IMPORTED_LOCATION "${location}"
+      IMPORTED_SONAME "${soname}"
+      INTERFACE_INCLUDE_DIRECTORIES "${include}")
+  endif()
+endfunction()
+_fxmlir_import(fxmlir::fxmlir "${fxmlir_LIBRARY}" libfxmlir.so "${fxmlir_INCLUDE_DIR}")
+_fxmlir_import(fxmlir::mlir_c "${fxmlir_MLIR_C_LIBRARY}" libMLIR-C.so "${fxmlir_MLIR_PREFIX}/include")
 set(fxmlir_FOUND TRUE)

@@ -408,16 +408,11 @@ pub unsafe extern "C" fn fxmlir_session_add_external_stage(
                 text(op_name, "the op name")?,
             )
         };
-        let placement = match placement {
-            "before" => Placement::Before,
-            "after" => Placement::After,
-            "replace" => Placement::Replace,
-            other => {
-                return Err(argument(format!(
-                    "placement `{other}`: expected before, after or replace"
-                )));
-            }
-        };
+        let placement = Placement::parse(placement).ok_or_else(|| {
+            argument(format!(
+                "placement `{placement}`: expected before, after or replace"
+            ))
+        })?;
         // SAFETY: see the function's contract.
         let pass = unsafe { ExternalPass::new(name, op_name, callbacks, user_data) };
         let mut stages = session.options.stages.clone();

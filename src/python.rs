@@ -430,19 +430,13 @@ fn parse_extensions(json: Option<&str>) -> PyResult<Extensions> {
             if s.placement == "remove" {
                 return Ok(StageEdit::removing(&s.anchor));
             }
-            let placement = match s.placement.as_str() {
-                "before" => Placement::Before,
-                "after" => Placement::After,
-                "replace" => Placement::Replace,
-                other => {
-                    return Err(Error::PassPipeline {
-                        pipeline: s.name.clone(),
-                        message: format!(
-                            "placement `{other}`: expected before, after, replace or remove"
-                        ),
-                    });
-                }
-            };
+            let placement = Placement::parse(&s.placement).ok_or_else(|| Error::PassPipeline {
+                pipeline: s.name.clone(),
+                message: format!(
+                    "placement `{}`: expected before, after, replace or remove",
+                    s.placement
+                ),
+            })?;
             Ok(StageEdit {
                 placement,
                 anchor: s.anchor.clone(),

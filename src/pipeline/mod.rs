@@ -295,6 +295,18 @@ pub enum Placement {
     Remove,
 }
 
+impl Placement {
+    /// `before`, `after` or `replace` (`remove` has a spelling of its own).
+    pub fn parse(text: &str) -> Option<Placement> {
+        match text {
+            "before" => Some(Placement::Before),
+            "after" => Some(Placement::After),
+            "replace" => Some(Placement::Replace),
+            _ => None,
+        }
+    }
+}
+
 /// A change to a pipeline's stages: `stage` before, after or instead of the stage named
 /// `anchor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -427,16 +439,11 @@ impl StageEdit {
                 "expected PLACEMENT:ANCHOR:NAME:KIND=VALUE".to_string(),
             ));
         };
-        let placement = match placement {
-            "before" => Placement::Before,
-            "after" => Placement::After,
-            "replace" => Placement::Replace,
-            other => {
-                return Err(invalid(format!(
-                    "placement `{other}`: expected before, after, replace or remove"
-                )));
-            }
-        };
+        let placement = Placement::parse(placement).ok_or_else(|| {
+            invalid(format!(
+                "placement `{placement}`: expected before, after, replace or remove"
+            ))
+        })?;
         let read =
             |path: &str| std::fs::read_to_string(path).map_err(|e| Error::io(path.to_string(), e));
         let text;

@@ -321,15 +321,7 @@ pub fn run_stages_on(mlir: &[u8], options: &Options, last: Option<&str>) -> Resu
         drop(diagnostics);
         // SAFETY: a module just parsed in `context`, owned from here on.
         let mut module = unsafe { melior::ir::Module::from_raw(raw) };
-        pipeline::run_stages(
-            context,
-            &mut module,
-            &stages,
-            dumps.as_ref(),
-            1,
-            &options.target,
-            &crate::context::irdl_of(&options.dialects),
-        )?;
+        run(context, &mut module, &stages, dumps.as_ref(), options)?;
         Ok(pipeline::print_module(&module))
     })
 }
@@ -358,6 +350,18 @@ fn dumps_for(options: &Options, graph: &str) -> Option<Dumps> {
         graph: graph.to_string(),
         irdl: crate::context::irdl_of(&options.dialects),
     })
+}
+
+/// Runs `stages` on `module` for the target and dialects of `options`.
+fn run<'c>(
+    context: &'c melior::Context,
+    module: &mut melior::ir::Module<'c>,
+    stages: &[pipeline::Stage],
+    dumps: Option<&Dumps>,
+    options: &Options,
+) -> Result<pipeline::Ran> {
+    let irdl = crate::context::irdl_of(&options.dialects);
+    pipeline::run_stages(context, module, stages, dumps, 1, &options.target, &irdl)
 }
 
 /// Runs `f` in a fresh context holding fxmlir's dialect, the dialects of `options` and those
@@ -411,15 +415,7 @@ fn front<T>(
                 .push(d.write("00-input.mlir", &pipeline::print_module(&module))?);
             front.dumped.push(d.path(crate::dumps::IRDL_SUFFIX));
         }
-        let ran = pipeline::run_stages(
-            context,
-            &mut module,
-            &stages,
-            dumps.as_ref(),
-            1,
-            &options.target,
-            &crate::context::irdl_of(&options.dialects),
-        )?;
+        let ran = run(context, &mut module, &stages, dumps.as_ref(), options)?;
         front.timings.extend(ran.timings);
         front.warnings = ran.skipped;
         if let Some(d) = &dumps {
