@@ -67,7 +67,7 @@ PREFIX ?= /usr/local
 install: build
 	install -d $(PREFIX)/lib/cmake/fxmlir $(PREFIX)/include
 	install -m 755 target/release/libfxmlir.so target/release/libMLIR-C.so $(PREFIX)/lib
-	install -m 644 include/fxmlir.h $(PREFIX)/include
+	install -m 644 include/fxmlir.h include/fxmlir-mlir.h $(PREFIX)/include
 	install -m 644 cmake/fxmlirConfig.cmake cmake/fxmlirConfigVersion.cmake \
 	    $(PREFIX)/lib/cmake/fxmlir
 
