@@ -62,16 +62,33 @@ create_exception!(
     "A target spec does not parse, or names a CPU whose code cannot run on this host."
 );
 
+/// The Python exception for an error. One that names a node carries it as fields (`node`,
+/// `op`, `source`: the partitioner reads them, never the message); on others they are None.
 fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
-    match e {
-        Error::Json(_) | Error::InvalidGraph(_) => GraphError::new_err(message),
-        Error::UnsupportedOp(_) => UnsupportedOpError::new_err(message),
-        Error::Lowering { .. } => LoweringError::new_err(message),
-        Error::Call(_) => CallError::new_err(message),
-        Error::Target(_) => TargetError::new_err(message),
-        _ => CompileError::new_err(message),
-    }
+    let (err, site) = match e {
+        Error::Json(_) | Error::InvalidGraph(_) => (GraphError::new_err(message), None),
+        Error::UnsupportedOp(site) => (UnsupportedOpError::new_err(message), Some(site)),
+        Error::Lowering { site, .. } => (LoweringError::new_err(message), Some(site)),
+        Error::Call(_) => (CallError::new_err(message), None),
+        Error::Target(_) => (TargetError::new_err(message), None),
+        _ => (CompileError::new_err(message), None),
+    };
+    Python::attach(|py| {
+        let value = err.value(py);
+        let site = site.filter(|s| !s.node.is_empty());
+        let fields = [
+            ("node", site.as_ref().map(|s| s.node.clone())),
+            ("op", site.as_ref().map(|s| s.op.clone())),
+            ("source", site.as_ref().and_then(|s| s.source.clone())),
+        ];
+        for (name, field) in fields {
+            // An exception instance takes attributes; should it refuse, the message still
+            // names the node.
+            let _ = value.setattr(name, field);
+        }
+    });
+    err
 }
 
 fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {

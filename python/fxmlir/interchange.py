@@ -14,13 +14,15 @@ import json
 import math
 import operator
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
 
 from . import _fxmlir, lowerings
 from ._fxmlir import INTERCHANGE_VERSION, GraphError, UnsupportedOpError
+
+E = TypeVar("E", bound=Exception)
 
 FORMAT = "fxmlir.graph"
 
@@ -67,6 +69,21 @@ def describe(node: torch.fx.Node) -> str:
     """``node `mm_3` (aten.mm.default) at model.py:12`` for error messages."""
     where = source_line(node)
     return f"node `{node.name}` ({target_name(node)})" + (f" at {where}" if where else "")
+
+
+def node_fields(error: E, node: torch.fx.Node) -> E:
+    """``error`` with the node it is about as fields: ``node``, ``op`` and ``source`` (as the
+    errors fxmlir's Rust side raises carry them). The partitioner reads them to run that node
+    eagerly."""
+    error.node = node.name
+    error.op = target_name(node)
+    error.source = source_line(node)
+    return error
+
+
+def node_error(cls: type[E], node: torch.fx.Node, message: str) -> E:
+    """An error of ``cls`` about ``node``: its description, then ``message``; with its fields."""
+    return node_fields(cls(f"{describe(node)}{message}"), node)
 
 
 def target_name(node: torch.fx.Node) -> str:
@@ -171,14 +188,14 @@ class Exporter:
             if value.name in self.values:
                 return self.encode(self.values[value.name], node)
             if value.name not in self.refs:
-                raise GraphError(f"{describe(node)} uses `{value.name}`, which is not a tensor")
+                raise node_error(GraphError, node, f" uses `{value.name}`, which is not a tensor")
             return {"ref": self.refs[value.name]}
         if isinstance(value, bool):
             return {"bool": value}
         if isinstance(value, (int, torch.SymInt)):
             return {"int": evaluate(value, self.bindings)}
         if isinstance(value, torch.SymFloat):
-            raise UnsupportedOpError(f"{describe(node)}: symbolic floats are not supported")
+            raise node_error(UnsupportedOpError, node, ": symbolic floats are not supported")
         if isinstance(value, float):
             if math.isnan(value):
                 return {"float": "nan"}
@@ -191,7 +208,7 @@ class Exporter:
             return {"str": value}
         if isinstance(value, torch.dtype):
             if value not in DTYPES:
-                raise UnsupportedOpError(f"{describe(node)}: dtype {value} is not supported")
+                raise node_error(UnsupportedOpError, node, f": dtype {value} is not supported")
             return {"dtype": DTYPES[value]}
         if isinstance(value, torch.device):
             return {"device": str(value)}
@@ -201,8 +218,8 @@ class Exporter:
             return {"memory_format": str(value).removeprefix("torch.")}
         if isinstance(value, (list, tuple)):
             return {"list": [self.encode(v, node) for v in value]}
-        raise UnsupportedOpError(
-            f"{describe(node)}: argument of type {type(value).__name__} is not supported"
+        raise node_error(
+            UnsupportedOpError, node, f": argument of type {type(value).__name__} is not supported"
         )
 
     def normalized_args(self, node: torch.fx.Node) -> tuple[list[Any], list[str]]:
@@ -216,7 +233,7 @@ class Exporter:
             elif arg.has_default_value():
                 value = arg.default_value
             else:
-                raise GraphError(f"{describe(node)}: missing argument `{arg.name}`")
+                raise node_error(GraphError, node, f": missing argument `{arg.name}`")
             args.append(self.encode(value, node))
             names.append(arg.name)
         return args, names
@@ -294,17 +311,22 @@ class Exporter:
                     self.values[node.name] = evaluate(val, self.bindings)
                     continue
                 if not isinstance(node.target, torch._ops.OpOverload):
-                    raise UnsupportedOpError(
-                        f"{describe(node)}: only ATen/prims operators are supported"
+                    raise node_error(
+                        UnsupportedOpError, node, ": only ATen/prims operators are supported"
                     )
                 vals = list(val) if isinstance(val, (tuple, list)) else [val]
                 outputs = []
                 for i, v in enumerate(vals):
                     if not isinstance(v, torch.Tensor):
-                        raise UnsupportedOpError(
-                            f"{describe(node)}: output {i} is {type(v).__name__}, not a tensor"
+                        raise node_error(
+                            UnsupportedOpError,
+                            node,
+                            f": output {i} is {type(v).__name__}, not a tensor",
                         )
-                    outputs.append(tensor_meta(v, self.bindings, describe(node)))
+                    try:
+                        outputs.append(tensor_meta(v, self.bindings, describe(node)))
+                    except UnsupportedOpError as e:
+                        raise node_fields(e, node) from None
                 args, names = self.normalized_args(node)
                 entry: dict[str, Any] = {
                     "name": node.name,

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.fx
 
-from . import _fxmlir
+# interchange imports this module: its functions are looked up when called.
+from . import _fxmlir, interchange
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,10 +168,16 @@ def lowering_for(node: torch.fx.Node) -> Lowering | None:
             if row.supports(node):
                 return row
         except Exception as e:
-            raise _fxmlir.LoweringError(
-                f"{row.origin} lowering of {row.op} (node `{node.name}`): supports raised {e!r}"
-            ) from e
+            raise _error(row, node, f": supports raised {e!r}") from e
     return None
+
+
+def _error(row: Lowering, node: torch.fx.Node, message: str) -> Exception:
+    """A ``LoweringError`` naming the row's origin and op and the node (with its fields)."""
+    return interchange.node_fields(
+        _fxmlir.LoweringError(f"{row.origin} lowering of {row.op} (node `{node.name}`){message}"),
+        node,
+    )
 
 
 def mlir_for(row: Lowering, node: torch.fx.Node, inputs: list[str], outputs: list[str]) -> str:
@@ -179,14 +186,9 @@ def mlir_for(row: Lowering, node: torch.fx.Node, inputs: list[str], outputs: lis
     try:
         text = row.mlir(Call(node, inputs, outputs))
     except Exception as e:
-        raise _fxmlir.LoweringError(
-            f"{row.origin} lowering of {row.op} (node `{node.name}`) raised {e!r}"
-        ) from e
+        raise _error(row, node, f" raised {e!r}") from e
     if not isinstance(text, str):
-        raise _fxmlir.LoweringError(
-            f"{row.origin} lowering of {row.op} (node `{node.name}`) returned "
-            f"{type(text).__name__}, not MLIR text"
-        )
+        raise _error(row, node, f" returned {type(text).__name__}, not MLIR text")
     return text
 
 

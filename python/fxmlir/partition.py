@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import logging
 import operator
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,14 +20,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import lowerings
 from ._fxmlir import FxmlirError, UnsupportedOpError
-from .interchange import source_line, target_name
+from .interchange import DTYPES, source_line, target_name
 
 log = logging.getLogger("fxmlir")
 
 #: How many times a failing partition is re-split before giving up on it.
 MAX_RETRIES = 32
-
-_NODE_IN_MESSAGE = re.compile(r"node `([^`]+)`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +52,39 @@ def _is_random(node: torch.fx.Node) -> bool:
     )
 
 
+def _tensor_kind(t: torch.Tensor) -> str | None:
+    """Why fxmlir compiles nothing on ``t`` (a complex, quantized or fp8 dtype, a device other
+    than the CPU, a sparse layout), or None."""
+    if t.dtype not in DTYPES:
+        return f"{t.dtype} tensors are not compiled"
+    if t.device.type != "cpu":
+        return f"tensors on {t.device} are not compiled (CPU only)"
+    if t.layout != torch.strided:
+        return f"{t.layout} tensors are not compiled"
+    return None
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a node's value or argument (lists and tuples included)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _uncompiled_tensor(node: torch.fx.Node) -> str | None:
+    """Why a tensor ``node`` reads or makes is one fxmlir compiles nothing on, or None."""
+    values = [node.meta.get("val")]
+    values += [a.meta.get("val") for a in node.all_input_nodes]
+    for value in values:
+        for t in _tensors(value):
+            reason = _tensor_kind(t)
+            if reason is not None:
+                return reason
+    return None
+
+
 def _reason(node: torch.fx.Node) -> str | None:
     """Why ``node`` cannot be compiled, or None when it can."""
     if node.op != "call_function":
@@ -67,6 +97,9 @@ def _reason(node: torch.fx.Node) -> str | None:
         return None  # size arithmetic, evaluated by the exporter
     if not isinstance(node.target, torch._ops.OpOverload):
         return f"`{target_name(node)}` is not an ATen operator"
+    uncompiled = _uncompiled_tensor(node)
+    if uncompiled is not None:
+        return uncompiled
     if lowerings.lowering_for(node) is not None:
         return None
     if _is_random(node):
@@ -140,8 +173,7 @@ def partition_and_compile(
         try:
             result = _split(gm, excluded, compile_graph)
         except FxmlirError as e:
-            match = _NODE_IN_MESSAGE.search(str(e))
-            name = match.group(1) if match else None
+            name = getattr(e, "node", None)
             if strict or name is None or name in excluded:
                 raise
             excluded[name] = f"lowering failed: {str(e).splitlines()[0]}"

@@ -1,6 +1,9 @@
 """Eager fallback by partition: results equal eager, the explain report names the ops that
-fell back with their source lines, strict mode raises, and a partition that fails to compile
-falls back at the failing node only."""
+fell back with their source lines, strict mode raises, a partition that fails to compile
+falls back at the failing node only (named by the error's fields), and ops on tensors fxmlir
+compiles nothing on (complex, fp8) run eagerly."""
+
+import json
 
 import fxmlir
 import torch
@@ -66,7 +69,10 @@ def test_compile_failure_falls_back_at_the_failing_node():
     def compile_part(sub):
         names = [n.name for n in sub.graph.nodes if n.op == "call_function"]
         if failing in names:
-            raise fxmlir.LoweringError(f"cannot lower node `{failing}` (aten.neg.default): test")
+            # Errors name their node in fields, as fxmlir's own carry them.
+            error = fxmlir.LoweringError(f"cannot lower node `{failing}` (aten.neg.default): test")
+            error.node = failing
+            raise error
         compiled_parts.append(names)
         return lambda args: [sub(*args)]
 
@@ -97,3 +103,71 @@ def test_embedding_bag_in_training_falls_back_with_its_reason():
     assert "read by the backward" in reasons.pop("aten._embedding_bag.default"), reasons
     # The backward's own op has no lowering.
     assert list(reasons) == ["aten._embedding_bag_backward.default"], reasons
+
+
+def complex_product(x, w):
+    y = torch.relu(x @ w)
+    c = torch.view_as_complex(y.reshape(4, 4, 2))
+    return (c * c).abs().sum(-1) + y.sum()
+
+
+def test_ops_on_complex_tensors_run_eagerly_and_strict_mode_names_them():
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    torch._dynamo.reset()
+    before = max((f.seq for f in partition.fallbacks), default=-1)
+    actual = torch.compile(complex_product, backend="fxmlir")(x, w)
+    torch.testing.assert_close(actual, complex_product(x, w), rtol=1e-5, atol=1e-5)
+    eager = {f.op: f.reason for f in partition.fallbacks if f.seq > before}
+    assert eager == {
+        "aten.view_as_complex.default": "torch.complex64 tensors are not compiled",
+        "aten.mul.Tensor": "torch.complex64 tensors are not compiled",
+        "aten.abs.default": "torch.complex64 tensors are not compiled",
+    }
+    torch._dynamo.reset()
+    with fxmlir.config.patch(fallback="error"):
+        try:
+            torch.compile(complex_product, backend="fxmlir")(x, w)
+        except Exception as e:  # Dynamo wraps backend errors
+            text = str(e)
+        else:
+            raise AssertionError("strict mode must raise")
+    assert "aten.view_as_complex.default (node `view_as_complex`" in text
+    assert "torch.complex64 tensors are not compiled" in text
+
+
+def test_casts_through_fp8_run_eagerly():
+    x = torch.randn(4, 8)
+
+    def through_fp8(a):
+        return a.to(torch.float8_e4m3fn).to(torch.float32) * 2
+
+    torch._dynamo.reset()
+    before = max((f.seq for f in partition.fallbacks), default=-1)
+    torch.testing.assert_close(torch.compile(through_fp8, backend="fxmlir")(x), through_fp8(x))
+    reasons = {f.reason for f in partition.fallbacks if f.seq > before}
+    assert reasons == {"torch.float8_e4m3fn tensors are not compiled"}, reasons
+
+
+def test_errors_about_a_node_carry_it_in_fields():
+    document = {
+        "format": "fxmlir.graph",
+        "version": fxmlir._fxmlir.INTERCHANGE_VERSION,
+        "name": "fields",
+        "inputs": [{"name": "x", "meta": {"shape": [2], "strides": [1], "dtype": "float32"}}],
+        "nodes": [
+            {
+                "name": "odd",
+                "target": "aten.no_such_op.default",
+                "args": [{"ref": {"node": "x"}}],
+                "outputs": [{"shape": [2], "strides": [1], "dtype": "float32"}],
+                "source": {"file": "model.py", "line": 7},
+            }
+        ],
+        "outputs": [{"node": "odd"}],
+    }
+    try:
+        fxmlir._fxmlir.compile(json.dumps(document))
+    except fxmlir.UnsupportedOpError as e:
+        assert (e.node, e.op, e.source) == ("odd", "aten.no_such_op.default", "model.py:7")
+    else:
+        raise AssertionError("an op with no lowering must raise")
