@@ -190,8 +190,82 @@ pub fn hex_digest(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// Kernels compiled or loaded by this process.
-static MEMORY: LazyLock<Mutex<HashMap<String, Arc<Kernel>>>> = LazyLock::new(Default::default);
+/// How many kernels this process keeps in memory when `FXMLIR_MEMORY_CACHE_KERNELS` is unset.
+pub const DEFAULT_MEMORY_KERNELS: usize = 512;
+
+/// Kernels compiled or loaded by this process, by key, bounded by count
+/// (`FXMLIR_MEMORY_CACHE_KERNELS`, default [`DEFAULT_MEMORY_KERNELS`]): inserting beyond the
+/// bound drops the least recently used. A dropped kernel lives on while a compiled graph
+/// holds it; a later compile of its graph loads it from disk or compiles it again.
+struct Memory {
+    kernels: HashMap<String, (Arc<Kernel>, u64)>,
+    clock: u64,
+    limit: usize,
+}
+
+impl Memory {
+    fn get(&mut self, key: &str) -> Option<Arc<Kernel>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.kernels.get_mut(key).map(|(kernel, used)| {
+            *used = clock;
+            kernel.clone()
+        })
+    }
+
+    fn insert(&mut self, key: String, kernel: Arc<Kernel>) {
+        self.clock += 1;
+        self.kernels.insert(key, (kernel, self.clock));
+        while self.kernels.len() > self.limit.max(1) {
+            let oldest = self
+                .kernels
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| key.clone());
+            match oldest {
+                Some(key) => self.kernels.remove(&key),
+                None => break,
+            };
+        }
+    }
+}
+
+/// The bound on kernels kept in memory: `FXMLIR_MEMORY_CACHE_KERNELS` (a positive count), or
+/// [`DEFAULT_MEMORY_KERNELS`] when it is unset or not one (reported on stderr's log).
+fn memory_limit() -> usize {
+    match std::env::var("FXMLIR_MEMORY_CACHE_KERNELS") {
+        Err(_) => DEFAULT_MEMORY_KERNELS,
+        Ok(text) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| {
+                tracing::warn!(
+                    "FXMLIR_MEMORY_CACHE_KERNELS={text:?} is not a positive count; keeping \
+                 {DEFAULT_MEMORY_KERNELS} kernels"
+                );
+                DEFAULT_MEMORY_KERNELS
+            }),
+    }
+}
+
+static MEMORY: LazyLock<Mutex<Memory>> = LazyLock::new(|| {
+    Mutex::new(Memory {
+        kernels: HashMap::new(),
+        clock: 0,
+        limit: memory_limit(),
+    })
+});
+
+/// How many kernels the memory cache holds now.
+pub fn memory_len() -> usize {
+    MEMORY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .kernels
+        .len()
+}
 
 /// Cache directories a store failed in; each is reported once and not written again.
 static UNWRITABLE: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Default::default);
@@ -201,7 +275,6 @@ pub fn memory_lookup(key: &Key) -> Option<Arc<Kernel>> {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .get(&key.digest)
-        .cloned()
 }
 
 pub fn memory_insert(key: &Key, kernel: Arc<Kernel>) {
