@@ -59,7 +59,8 @@ typedef enum fxmlir_status {
   FXMLIR_ERROR_PLUGIN = 7,         /* a native plugin refused (another MLIR/LLVM, wrong API version) */
   FXMLIR_ERROR_CALL = 8,           /* buffers that do not match the kernel */
   FXMLIR_ERROR_IO = 9,
-  FXMLIR_ERROR_INTERNAL = 10       /* a bug in fxmlir */
+  FXMLIR_ERROR_INTERNAL = 10,      /* a bug in fxmlir */
+  FXMLIR_ERROR_INDEX = 11          /* a kernel's check failed at call time: an index out of range (names the node) */
 } fxmlir_status;
 
 uint32_t fxmlir_abi_version(void);

@@ -37,6 +37,7 @@ pub enum fxmlir_status {
     FXMLIR_ERROR_CALL = 8,
     FXMLIR_ERROR_IO = 9,
     FXMLIR_ERROR_INTERNAL = 10,
+    FXMLIR_ERROR_INDEX = 11,
 }
 
 use fxmlir_status::*;
@@ -61,6 +62,7 @@ impl From<Error> for Failure {
             Error::Target(_) => FXMLIR_ERROR_TARGET,
             Error::Plugin { .. } => FXMLIR_ERROR_PLUGIN,
             Error::Call(_) => FXMLIR_ERROR_CALL,
+            Error::OutOfRange { .. } => FXMLIR_ERROR_INDEX,
             Error::Io { .. } => FXMLIR_ERROR_IO,
             Error::Llvm(_) => FXMLIR_ERROR_INTERNAL,
         };

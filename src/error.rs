@@ -57,6 +57,11 @@ pub enum Error {
     #[error("call error: {0}")]
     Call(String),
 
+    /// A runtime check of a kernel failed at call time: an index out of range in the node
+    /// named (PyTorch raises `raised` for it).
+    #[error("index out of range in {site}")]
+    OutOfRange { site: NodeSite, raised: Raised },
+
     /// An IRDL dialect given to fxmlir that does not load.
     #[error("dialect from {origin}: {message}")]
     Dialect { origin: String, message: String },
@@ -78,6 +83,14 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The exception PyTorch raises where a checked op fails (an index out of range): fxmlir
+/// raises the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raised {
+    IndexError,
+    RuntimeError,
+}
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {

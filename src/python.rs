@@ -4,6 +4,7 @@
 
 use crate::context::Dialect;
 use crate::error::Error;
+use crate::error::Raised;
 use crate::native::Kind;
 use crate::pipeline::{Placement, Stage, StageEdit, StageParts};
 use crate::runtime::{CompiledGraph, Options, dlpack};
@@ -71,6 +72,13 @@ fn to_py(e: Error) -> PyErr {
         Error::UnsupportedOp(site) => (UnsupportedOpError::new_err(message), Some(site)),
         Error::Lowering { site, .. } => (LoweringError::new_err(message), Some(site)),
         Error::Call(_) => (CallError::new_err(message), None),
+        Error::OutOfRange { site, raised } => {
+            let err = match raised {
+                Raised::IndexError => pyo3::exceptions::PyIndexError::new_err(message),
+                Raised::RuntimeError => pyo3::exceptions::PyRuntimeError::new_err(message),
+            };
+            (err, Some(site))
+        }
         Error::Target(_) => (TargetError::new_err(message), None),
         _ => (CompileError::new_err(message), None),
     };
@@ -347,7 +355,7 @@ fn import_graph(json: String, target: &str) -> PyResult<String> {
         let graph = crate::Graph::from_json(&json)?;
         let context = crate::context::new_context()?;
         let _dialects = crate::context::load_dialects(&context, &[])?;
-        let module = crate::lower::lower_graph(&context, &graph, &target)?;
+        let module = crate::lower::lower_graph(&context, &graph, &target, true)?;
         crate::pipeline::verify(&context, &module, &graph.name)?;
         Ok(crate::pipeline::print_module(&module))
     })
@@ -427,6 +435,7 @@ impl Extensions {
             stages: self.stages,
             dialects: self.dialects,
             plugins: self.plugins,
+            checks: true,
             extensions_key: self.key,
         }
     }
@@ -580,7 +589,12 @@ fn lower_to_stage(
     extensions: Option<&str>,
 ) -> PyResult<(String, Py<PyBytes>)> {
     let target = parse_target(target, threads)?;
-    let options = parse_extensions(extensions)?.options(pipeline, dump_dir, None, target);
+    // A plugin's executor takes the module without index checks (its calls pass inputs and
+    // outputs only); the kernel stays in bounds all the same.
+    let options = Options {
+        checks: false,
+        ..parse_extensions(extensions)?.options(pipeline, dump_dir, None, target)
+    };
     let (text, bytecode) = py.detach(|| {
         guard(|| {
             let graph = crate::Graph::from_json(json)?;

@@ -125,7 +125,7 @@ fn process(cli: &Cli, chunk: &str) -> Result<String> {
             .collect::<Vec<_>>()
             .join("\n");
         let graph = fxmlir::Graph::from_json(&json)?;
-        let module = fxmlir::lower::lower_graph(&context, &graph, &target(cli, None)?)?;
+        let module = fxmlir::lower::lower_graph(&context, &graph, &target(cli, None)?, true)?;
         pipeline::verify(&context, &module, &graph.name)?;
         module
     } else {

@@ -87,6 +87,7 @@ impl CompileArgs {
             stages: self.extensions.stages()?,
             dialects: self.extensions.dialects()?,
             plugins: self.extensions.plugins()?,
+            checks: true,
             extensions_key: String::new(),
         })
     }
@@ -126,7 +127,7 @@ fn run(cli: Cli) -> Result<()> {
             let target = chosen_target(target)?;
             let context = fxmlir::context::new_context()?;
             let _dialects = fxmlir::context::load_dialects(&context, &[])?;
-            let module = fxmlir::lower::lower_graph(&context, &graph, &target)?;
+            let module = fxmlir::lower::lower_graph(&context, &graph, &target, true)?;
             fxmlir::pipeline::verify(&context, &module, &graph.name)?;
             print!("{}", fxmlir::pipeline::print_module(&module));
         }

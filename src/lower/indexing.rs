@@ -6,16 +6,19 @@
 //! last of duplicate indices wins an assignment; accumulation sums them all). select_scatter
 //! and slice_scatter are `tensor.insert_slice`s.
 //!
-//! Defined behaviour where PyTorch raises: a negative index wraps once (`-1` is the last
-//! element); an index still out of range reads the nearest element (clamped) in a gather and
-//! is dropped in a scatter. Nothing is read or written out of bounds.
+//! An index out of range raises where PyTorch's does: each index tensor is checked once,
+//! before its op, by one reduction over it ([`check_range`]), which reports the node to the
+//! call path (`IndexError`, see [`LowerCtx::report`]). The kernel itself stays within bounds
+//! whatever the check finds: a negative index wraps once (`-1` is the last element, as
+//! advanced indexing allows); an index still out of range reads the nearest element (clamped)
+//! in a gather and is dropped in a scatter.
 
 use super::elements::{extract, extreme, insert, linalg_index, to_index};
 use super::emit::internal;
 use super::loops::{fill_rows, for_loop, loop_nest, nth, reuse};
 use super::window::check_shape;
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim};
-use crate::error::Result;
+use crate::error::{Raised, Result};
 use crate::graph::{Arg, DType, Node};
 use melior::ir::{Value, ValueLike};
 
@@ -60,9 +63,26 @@ const INDEXING: &[(&str, Indexing)] = &[
 
 pub(super) fn register(r: &mut Registry) {
     for &(op, indexing) in INDEXING {
-        r.add(op, move |ctx, node| lower_indexing(ctx, node, indexing));
+        // What PyTorch raises for an index out of range, per op.
+        let raised = match indexing {
+            Indexing::SelectScatter | Indexing::SliceScatter => None,
+            Indexing::Embedding | Indexing::IndexSelect | Indexing::Index | Indexing::IndexPut => {
+                Some(Raised::IndexError)
+            }
+            Indexing::Gather | Indexing::Scatter(_) => Some(Raised::RuntimeError),
+        };
+        match raised {
+            None => r.add(op, move |ctx, node| lower_indexing(ctx, node, indexing)),
+            Some(raised) => r.add_checked(op, raised, move |ctx, node| {
+                lower_indexing(ctx, node, indexing)
+            }),
+        }
     }
-    r.add("aten._embedding_bag.default", embedding_bag);
+    r.add_checked(
+        "aten._embedding_bag.default",
+        Raised::RuntimeError,
+        embedding_bag,
+    );
 }
 
 fn lower_indexing<'c, 'a>(
@@ -184,19 +204,78 @@ fn check_index(t: &Tensor, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Reports (see [`LowerCtx::report`]) whether an element of `indices` lies outside
+/// `[low, high)`: one reduction over the index tensor, outside the op's own loops.
+fn check_range(ctx: &LowerCtx, indices: &Tensor, low: i64, high: i64) -> Result<()> {
+    let rank = indices.rank();
+    let init = ctx.e.splat(&[], DType::Bool, Scalar::Bool(false))?;
+    let dtype = indices.dtype;
+    let results = ctx.e.generic(
+        &[(indices.value, emit::identity_map(rank))],
+        &[(init, emit::affine_map(rank, &[]))],
+        &vec![Iter::Reduction; rank],
+        |b, args| {
+            let (i, seen) = (nth(args, 0)?, nth(args, 1)?);
+            let below = b.cmpi("slt", i, b.constant(Scalar::Int(low), dtype)?)?;
+            let above = b.cmpi("sge", i, b.constant(Scalar::Int(high), dtype)?)?;
+            let outside = b.same("arith.ori", &[below, above])?;
+            Ok(vec![b.same("arith.ori", &[seen, outside])?])
+        },
+    )?;
+    let failed = extract(&ctx.e, nth(&results, 0)?, &[], DType::Bool)?;
+    ctx.report(failed)
+}
+
 // ---- gathers -------------------------------------------------------------------------------
 
 /// `out[p] = src[coords(p)]` over the points `p` of `out_shape`.
+/// Which values a gather's index tensors may hold; the others fail its node's check.
+#[derive(Clone, Copy, PartialEq)]
+enum Valid {
+    /// `0..n` (embedding, index_select, gather).
+    NonNegative,
+    /// `-n..n`, a negative index counting from the end (advanced indexing).
+    Wrapping,
+    /// Indices fxmlir computed itself (a masked selection's order): not checked.
+    Computed,
+}
+
+/// Checks the index tensors behind `coords` (coordinates into a tensor of `shape`) against the
+/// sizes of the dimensions they index.
+fn check_coords(
+    ctx: &LowerCtx,
+    shape: &[i64],
+    indices: &[Read],
+    coords: &[Coord],
+    valid: Valid,
+) -> Result<()> {
+    if valid == Valid::Computed {
+        return Ok(());
+    }
+    for (&size, c) in shape.iter().zip(coords) {
+        if let Coord::Index(k) = *c {
+            let read = indices
+                .get(k)
+                .ok_or_else(|| internal("a coordinate names no index tensor"))?;
+            let low = if valid == Valid::Wrapping { -size } else { 0 };
+            check_range(ctx, &read.tensor, low, size)?;
+        }
+    }
+    Ok(())
+}
+
 fn gather<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     src: &Tensor<'c, 'a>,
     out_shape: &[i64],
     indices: &[Read<'c, 'a>],
     coords: &[Coord],
+    valid: Valid,
 ) -> Result<Value<'c, 'a>> {
     if coords.len() != src.rank() {
         return fail("internal: one coordinate per source dimension is required");
     }
+    check_coords(ctx, &src.shape, indices, coords, valid)?;
     if out_shape.contains(&0) {
         return ctx.e.empty(out_shape, src.dtype);
     }
@@ -256,6 +335,7 @@ fn embedding<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
         &out_shape,
         &[Read::identity(indices)],
         &[Coord::Index(0), Coord::Loop(r)],
+        Valid::NonNegative,
     )
 }
 
@@ -333,6 +413,7 @@ fn embedding_bag<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
         ));
     }
     let (rows, width) = (weight.shape[0], weight.shape[1]);
+    check_range(ctx, &indices, 0, rows)?;
     let bags = offsets.shape[0] - i64::from(include_last_offset);
     let out = ctx.out(0)?.clone();
     check_shape(&out.shape, &[bags.max(0), width])?;
@@ -541,6 +622,7 @@ fn index_select<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c,
             &index.shape.clone(),
             &[Read::identity(index)],
             &[Coord::Index(0)],
+            Valid::NonNegative,
         )?;
         let t = Tensor {
             value: v,
@@ -565,7 +647,14 @@ fn index_select<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c,
             }
         })
         .collect();
-    gather(ctx, &x, &out_shape, &[Read { tensor: index, map }], &coords)
+    gather(
+        ctx,
+        &x,
+        &out_shape,
+        &[Read { tensor: index, map }],
+        &coords,
+        Valid::NonNegative,
+    )
 }
 
 /// A tensor and an index of the same rank for gather/scatter; 0-d ones are read as 1-D.
@@ -606,7 +695,14 @@ fn gather_op<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
         })
         .collect();
     let shape = index.shape.clone();
-    let v = gather(ctx, &x, &shape, &[Read::identity(index)], &coords)?;
+    let v = gather(
+        ctx,
+        &x,
+        &shape,
+        &[Read::identity(index)],
+        &coords,
+        Valid::NonNegative,
+    )?;
     let out = ctx.out(0)?.clone();
     let t = Tensor {
         value: v,
@@ -744,7 +840,14 @@ fn index<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a>> {
             plan.shape, out.shape
         ));
     }
-    gather(ctx, &x, &plan.shape, &plan.indices, &plan.coords)
+    gather(
+        ctx,
+        &x,
+        &plan.shape,
+        &plan.indices,
+        &plan.coords,
+        Valid::Wrapping,
+    )
 }
 
 // ---- scatters ------------------------------------------------------------------------------
@@ -873,6 +976,7 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
             index.shape, x.shape
         ));
     }
+    check_range(ctx, &index, 0, x.shape[dim])?;
     for d in (0..x.rank()).filter(|&d| d != dim) {
         if index.shape[d] > x.shape[d] {
             return fail(format!(
@@ -1067,6 +1171,7 @@ fn index_put<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
         return masked_put(ctx, &x, entries, values, accumulate);
     }
     let plan = advanced(&x, entries)?;
+    check_coords(ctx, &x.shape, &plan.indices, &plan.coords, Valid::Wrapping)?;
     let source = Read::broadcast(values.clone(), &plan.shape, 0)?;
     let (how, acc) = if accumulate {
         (Combine::Add, x.dtype.accumulator())
@@ -1176,7 +1281,7 @@ fn masked_put<'c, 'a>(
         let map = (start..start + r).map(Some).collect();
         indices.push(Read { tensor: order, map });
     }
-    let spread = gather(ctx, &values, &x.shape, &indices, &coords)?;
+    let spread = gather(ctx, &values, &x.shape, &indices, &coords, Valid::Computed)?;
     let spread = Tensor {
         value: spread,
         shape: x.shape.clone(),

@@ -23,7 +23,7 @@ mod softmax;
 mod whole;
 mod window;
 
-use crate::error::{Error, NodeSite, Result};
+use crate::error::{Error, NodeSite, Raised, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
 use crate::target::Target;
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
@@ -52,6 +52,9 @@ pub struct Lowering {
     /// The op of fxmlir's dialect the node becomes, its lowering being that op's
     /// decomposition; `None` when the lowering's ops go straight into the graph function.
     pub whole: Option<Whole>,
+    /// Whether the lowering checks its node's runtime values (indices), reporting a failure
+    /// through the status buffer ([`LowerCtx::report`]), and what PyTorch raises then.
+    pub checked: Option<Raised>,
 }
 
 pub use whole::Whole;
@@ -75,7 +78,19 @@ impl Registry {
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), None);
+        self.insert(op, Box::new(lower), None, None);
+    }
+
+    /// A row whose lowering checks runtime values ([`LowerCtx::report`]); a failure raises
+    /// `raised`, as PyTorch does for the op.
+    pub fn add_checked<F>(&mut self, op: &'static str, raised: Raised, lower: F)
+    where
+        F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.insert(op, Box::new(lower), None, Some(raised));
     }
 
     /// A row whose node becomes `whole`'s op of fxmlir's dialect, `lower` writing its
@@ -87,14 +102,21 @@ impl Registry {
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), Some(whole));
+        self.insert(op, Box::new(lower), Some(whole), None);
     }
 
-    fn insert(&mut self, op: &'static str, lower: Box<LowerFn>, whole: Option<Whole>) {
+    fn insert(
+        &mut self,
+        op: &'static str,
+        lower: Box<LowerFn>,
+        whole: Option<Whole>,
+        checked: Option<Raised>,
+    ) {
         let row = Lowering {
             family: self.family,
             lower,
             whole,
+            checked,
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -195,6 +217,10 @@ pub struct LowerCtx<'c, 'a> {
     node_outputs: Vec<TensorMeta>,
     /// The decomposition functions of the nodes lowered whole so far.
     decompositions: Vec<whole::Decomposition<'c>>,
+    /// The status buffer (`memref<1xi64>`, the function's last argument) when the graph has
+    /// checked nodes (see [`checked_nodes`]), and the code of the node being lowered.
+    status: Option<Value<'c, 'a>>,
+    check_code: i64,
 }
 
 impl<'c, 'a> LowerCtx<'c, 'a> {
@@ -244,6 +270,31 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             shape: meta.shape.clone(),
             dtype: meta.dtype,
         }))
+    }
+
+    /// Records the outcome of a runtime check of the current node: where `failed` (an `i1`)
+    /// holds, the status buffer gets the node's code, unless an earlier check put its own
+    /// there. A graph compiled without checks (for an executor) records nothing; its kernel
+    /// stays in bounds all the same.
+    pub fn report(&self, failed: Value<'c, 'a>) -> Result<()> {
+        let Some(status) = self.status else {
+            return Ok(());
+        };
+        let e = &self.e;
+        let zero = e.index(0)?;
+        let current = e.op1(
+            "memref.load",
+            &[status, zero],
+            e.elem_type(DType::Int64)?,
+            &[],
+        )?;
+        let code = e.constant(Scalar::Int(self.check_code), DType::Int64)?;
+        let none = e.constant(Scalar::Int(0), DType::Int64)?;
+        let first = e.cmpi("eq", current, none)?;
+        let mine = e.select(failed, code, current)?;
+        let next = e.select(first, mine, current)?;
+        e.op("memref.store", &[next, status, zero], &[], &[])?;
+        Ok(())
     }
 
     /// The value `r` names.
@@ -527,9 +578,31 @@ fn node_location<'c>(context: &'c Context, node: &Node) -> Location<'c> {
     Location::name(context, &format!("{} ({})", node.target, node.name), child)
 }
 
+/// The nodes whose lowerings check runtime values (indices), in order: the status buffer's
+/// code `k` (from 1) names the `k`-th, with what PyTorch raises for it.
+pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Raised)>> {
+    let registry = Registry::global()?;
+    Ok(graph
+        .nodes
+        .iter()
+        .filter(|n| n.lowering.is_none())
+        .filter_map(|n| {
+            let raised = registry.get(&n.target)?.checked?;
+            Some((n.site(), raised))
+        })
+        .collect())
+}
+
 /// Lowers a validated graph to a module holding `func.func @<graph.name>`, whose arguments are
-/// the inputs' memrefs (with their strides) followed by one memref per output, written in place.
-pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> Result<Module<'c>> {
+/// the inputs' memrefs (with their strides), one memref per output, written in place, and,
+/// with `checks` and a graph that has checked nodes ([`checked_nodes`]), the status buffer
+/// (`memref<1xi64>`, 0 on entry) where a failed check leaves its node's code.
+pub fn lower_graph<'c>(
+    context: &'c Context,
+    graph: &Graph,
+    target: &Target,
+    checks: bool,
+) -> Result<Module<'c>> {
     let registry = Registry::global()?;
     let func_loc = Location::name(context, &graph.name, Location::unknown(context));
     let module = Module::new(func_loc);
@@ -558,6 +631,17 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             &m.shape, &m.strides, m.dtype,
         ))?);
     }
+    let checked: Vec<String> = if checks {
+        checked_nodes(graph)?
+            .into_iter()
+            .map(|(site, _)| site.node)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !checked.is_empty() {
+        arg_types.push(parse("memref<1xi64>")?);
+    }
 
     let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
     // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, in
@@ -584,7 +668,15 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             values: HashMap::new(),
             node_outputs: vec![],
             decompositions: Vec::new(),
+            status: None,
+            check_code: 0,
         };
+        if !checked.is_empty() {
+            let status = block
+                .argument(graph.inputs.len() + graph.outputs.len())
+                .map_err(|e| Error::Llvm(e.to_string()))?;
+            ctx.status = Some(status.into());
+        }
         let restrict = Attribute::unit(context);
         for (i, input) in graph.inputs.iter().enumerate() {
             let arg: Value = block
@@ -624,6 +716,10 @@ pub fn lower_graph<'c>(context: &'c Context, graph: &Graph, target: &Target) -> 
             let site = node.site();
             ctx.e.loc = node_location(context, node);
             ctx.node_outputs = node.outputs.clone();
+            ctx.check_code = checked
+                .iter()
+                .position(|n| *n == node.name)
+                .map_or(0, |k| k as i64 + 1);
             let results = match &node.lowering {
                 Some(given) => whole::external(&mut ctx, node, given),
                 None => {

@@ -7,7 +7,7 @@ pub mod dlpack;
 
 use crate::context::Dialect;
 use crate::dumps::Dumps;
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeSite, Raised, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
 use crate::pipeline::{self, Hook, StageEdit};
@@ -36,6 +36,9 @@ pub struct Options {
     /// Native MLIR plugins, loaded: their passes may be named in stages, their dialects are
     /// registered with the compile's context.
     pub plugins: Vec<crate::native::Plugin>,
+    /// Whether kernels check runtime values (indices) and report failures to the call path
+    /// (see [`crate::lower::checked_nodes`]); off for modules a plugin's executor takes.
+    pub checks: bool,
     /// What else changes the code, as its caller states it (the Python backend: the active
     /// plugins and their options).
     pub extensions_key: String,
@@ -52,6 +55,7 @@ impl Options {
             stages: Vec::new(),
             dialects: Vec::new(),
             plugins: Vec::new(),
+            checks: true,
             extensions_key: String::new(),
         }
     }
@@ -68,6 +72,7 @@ impl Options {
             stages,
             dialects,
             plugins,
+            checks,
             extensions_key,
         } = self;
         let digest = |text: &str| cache::hex_digest(text.as_bytes());
@@ -94,7 +99,7 @@ impl Options {
             .map(|p| format!("{:?}:{}", p.kind, p.digest))
             .collect();
         format!(
-            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}] plugins=[{}] extensions={extensions_key:?}",
+            "pipeline={pipeline:?} target={} stages=[{}] dialects=[{}] plugins=[{}] checks={checks} extensions={extensions_key:?}",
             target.describe(),
             stages.join(" "),
             dialects.join(" "),
@@ -140,6 +145,9 @@ pub struct CompiledGraph {
     pub warnings: Vec<String>,
     kernel: Arc<Kernel>,
     descriptors: Descriptors,
+    /// The nodes whose checks the kernel reports (the status buffer's codes, from 1), and
+    /// what PyTorch raises for each; empty when it has none.
+    checks: Vec<(NodeSite, Raised)>,
 }
 
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
@@ -200,11 +208,18 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         .map(|r| graph.meta(r).cloned())
         .collect::<Option<_>>()
         .ok_or_else(|| Error::InvalidGraph("an output has no metadata".to_string()))?;
+    let checks = if options.checks {
+        crate::lower::checked_nodes(graph)?
+    } else {
+        Vec::new()
+    };
+    let status: (&[i64], &[i64]) = (&[1], &[1]);
     let descriptors = Descriptors::new(
         inputs
             .iter()
             .chain(&outputs)
-            .map(|m| (m.shape.as_slice(), m.strides.as_slice())),
+            .map(|m| (m.shape.as_slice(), m.strides.as_slice()))
+            .chain((!checks.is_empty()).then_some(status)),
     );
     tracing::info!(
         graph = graph.name.as_str(),
@@ -222,6 +237,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         warnings,
         kernel,
         descriptors,
+        checks,
     })
 }
 
@@ -244,7 +260,8 @@ pub struct Build {
 /// compile can be reproduced and inspected anywhere.
 pub fn build(graph: &Graph, json: Option<&str>, options: &Options) -> Result<Build> {
     let (objects, front) = front(graph, json, options, None, |module, dumps, front| {
-        let arg_count = graph.inputs.len() + graph.outputs.len();
+        let checks = options.checks && !crate::lower::checked_nodes(graph)?.is_empty();
+        let arg_count = graph.inputs.len() + graph.outputs.len() + usize::from(checks);
         let _s = tracing::debug_span!("jit").entered();
         let (objects, jt) = jit::compile(module, &graph.name, arg_count, dumps, &options.target)?;
         if let Some(d) = dumps {
@@ -287,7 +304,7 @@ pub fn lower_to(
 /// locations.
 pub fn lowered(graph: &Graph, options: &Options) -> Result<String> {
     in_context(options, |context| {
-        let module = crate::lower::lower_graph(context, graph, &options.target)?;
+        let module = crate::lower::lower_graph(context, graph, &options.target, options.checks)?;
         pipeline::verify(context, &module, &graph.name)?;
         Ok(pipeline::print_module(&module))
     })
@@ -405,7 +422,7 @@ fn front<T>(
         let start = Instant::now();
         let mut module = {
             let _s = tracing::debug_span!("lower").entered();
-            crate::lower::lower_graph(context, graph, &options.target)?
+            crate::lower::lower_graph(context, graph, &options.target, options.checks)?
         };
         pipeline::verify(context, &module, &graph.name)?;
         front.timings.push(("lower".to_string(), start.elapsed()));
@@ -489,21 +506,45 @@ impl CompiledGraph {
     /// Each pointer must address a buffer laid out as the matching entry of `inputs`/`outputs`
     /// records (shape, strides, dtype), valid for the duration of the call; output buffers
     /// must not overlap inputs or each other.
+    ///
+    /// A failed runtime check (an index out of range) is [`Error::OutOfRange`] naming the node,
+    /// after the call (the kernel never reads or writes out of bounds).
     pub unsafe fn call(&self, pointers: &[usize]) -> Result<()> {
-        if pointers.len() != self.descriptors.len() {
+        let buffers = self.inputs.len() + self.outputs.len();
+        if pointers.len() != buffers {
             return Err(Error::Call(format!(
-                "graph `{}` takes {} buffers ({} inputs, {} outputs), got {}",
+                "graph `{}` takes {buffers} buffers ({} inputs, {} outputs), got {}",
                 self.name,
-                self.descriptors.len(),
                 self.inputs.len(),
                 self.outputs.len(),
                 pointers.len()
             )));
         }
-        let (_words, mut argv) = self.descriptors.bind(pointers);
-        // SAFETY: the caller guarantees the buffers; `argv` points to one live descriptor (in
-        // `_words`, alive until the end of the call) per memref argument, in order.
+        let mut status = [0i64];
+        let mut all = pointers.to_vec();
+        if !self.checks.is_empty() {
+            all.push(status.as_mut_ptr() as usize);
+        }
+        let (_words, mut argv) = self.descriptors.bind(&all);
+        // SAFETY: the caller guarantees the buffers (the status buffer is this frame's);
+        // `argv` points to one live descriptor (in `_words`, alive until the end of the call)
+        // per memref argument, in order.
         unsafe { (self.kernel.entry())(argv.as_mut_ptr()) };
-        Ok(())
+        match usize::try_from(status[0])
+            .ok()
+            .and_then(|code| code.checked_sub(1))
+        {
+            None => Ok(()),
+            Some(k) => {
+                let (site, raised) = self.checks.get(k).cloned().ok_or_else(|| {
+                    Error::Call(format!(
+                        "graph `{}`: unknown check code {}",
+                        self.name,
+                        k + 1
+                    ))
+                })?;
+                Err(Error::OutOfRange { site, raised })
+            }
+        }
     }
 }

@@ -1,0 +1,70 @@
+"""Indices out of range raise as in eager PyTorch: the kernel checks each index tensor once
+(a reduction over it, before the op) and the call path raises PyTorch's exception type for the
+op, naming the node and the source line; in range, the results are eager's. Every case
+compiles whole (strict mode), so nothing here ran eagerly."""
+
+import fxmlir
+import pytest
+import torch
+
+TABLE = torch.arange(12.0).reshape(3, 4)
+
+CASES = {
+    "embedding": lambda i: torch.nn.functional.embedding(i, TABLE),
+    "index_select": lambda i: TABLE.index_select(0, i.reshape(-1)),
+    "gather": lambda i: TABLE.gather(0, i.reshape(1, -1).expand(1, 4)),
+    "index": lambda i: TABLE[i] * 2,
+    "scatter": lambda i: TABLE.scatter(0, i.reshape(1, -1).expand(1, 4), 1.0),
+    "scatter_add": lambda i: TABLE.scatter_add(0, i.reshape(1, -1).expand(1, 4), torch.ones(1, 4)),
+    "index_put": lambda i: TABLE.index_put((i.reshape(-1),), torch.tensor(1.0)),
+}
+
+#: Indices: in range, too large, negative (advanced indexing takes -3..-1), too negative.
+INDICES = {"in range": [2], "too large": [3], "negative": [-1], "too negative": [-4]}
+
+
+def _eager(fn, index):
+    try:
+        return fn(index), None
+    except (IndexError, RuntimeError) as e:
+        return None, type(e)
+
+
+@pytest.mark.parametrize("which", INDICES)
+@pytest.mark.parametrize("op", CASES)
+def test_an_index_out_of_range_raises_like_eager(op, which):
+    fn, index = CASES[op], torch.tensor(INDICES[which])
+    expected, raised = _eager(fn, index)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="fxmlir")
+    with fxmlir.config.patch(fallback="error", background=False):
+        if raised is None:
+            torch.testing.assert_close(compiled(index), expected)
+            return
+        with pytest.raises(raised) as e:
+            compiled(index)
+    message = str(e.value)
+    assert message.startswith("index out of range in node `"), message
+    assert "test_checks.py" in message, "the error names the source line"
+
+
+def test_a_failed_check_leaves_the_kernel_usable():
+    fn = CASES["embedding"]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="fxmlir")
+    with fxmlir.config.patch(fallback="error", background=False):
+        with pytest.raises(IndexError):
+            compiled(torch.tensor([0, 10**8]))
+        torch.testing.assert_close(compiled(torch.tensor([1, 2])), fn(torch.tensor([1, 2])))
+
+
+def test_an_embedding_bag_checks_its_indices():
+    bag = torch.nn.EmbeddingBag(5, 4, mode="sum")
+    offsets = torch.tensor([0, 2])
+    torch._dynamo.reset()
+    compiled = torch.compile(bag, backend="fxmlir")
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
+        good = torch.tensor([0, 4, 1])
+        torch.testing.assert_close(compiled(good, offsets), bag(good, offsets))
+        with pytest.raises(RuntimeError, match="index out of range in node"):
+            compiled(torch.tensor([0, 5, 1]), offsets)
