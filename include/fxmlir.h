@@ -60,7 +60,7 @@ typedef enum fxmlir_status {
   FXMLIR_ERROR_CALL = 8,           /* buffers that do not match the kernel */
   FXMLIR_ERROR_IO = 9,
   FXMLIR_ERROR_INTERNAL = 10,      /* a bug in fxmlir */
-  FXMLIR_ERROR_INDEX = 11          /* a kernel's check failed at call time: an index out of range (names the node) */
+  FXMLIR_ERROR_CHECK = 11          /* a kernel's check failed during the call: an index out of range, an integer division by zero (names the node) */
 } fxmlir_status;
 
 uint32_t fxmlir_abi_version(void);

@@ -37,7 +37,7 @@ pub enum fxmlir_status {
     FXMLIR_ERROR_CALL = 8,
     FXMLIR_ERROR_IO = 9,
     FXMLIR_ERROR_INTERNAL = 10,
-    FXMLIR_ERROR_INDEX = 11,
+    FXMLIR_ERROR_CHECK = 11,
 }
 
 use fxmlir_status::*;
@@ -62,7 +62,7 @@ impl From<Error> for Failure {
             Error::Target(_) => FXMLIR_ERROR_TARGET,
             Error::Plugin { .. } => FXMLIR_ERROR_PLUGIN,
             Error::Call(_) => FXMLIR_ERROR_CALL,
-            Error::OutOfRange { .. } => FXMLIR_ERROR_INDEX,
+            Error::Checked { .. } => FXMLIR_ERROR_CHECK,
             Error::Io { .. } => FXMLIR_ERROR_IO,
             Error::Llvm(_) => FXMLIR_ERROR_INTERNAL,
         };

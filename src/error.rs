@@ -57,10 +57,10 @@ pub enum Error {
     #[error("call error: {0}")]
     Call(String),
 
-    /// A runtime check of a kernel failed at call time: an index out of range in the node
-    /// named (PyTorch raises `raised` for it).
-    #[error("index out of range in {site}")]
-    OutOfRange { site: NodeSite, raised: Raised },
+    /// A runtime check of a kernel failed at call time (an index out of range, an integer
+    /// division by zero) in the node named.
+    #[error("{} in {site}", .check.failure)]
+    Checked { site: NodeSite, check: Check },
 
     /// An IRDL dialect given to fxmlir that does not load.
     #[error("dialect from {origin}: {message}")]
@@ -84,12 +84,38 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The exception PyTorch raises where a checked op fails (an index out of range): fxmlir
-/// raises the same.
+/// The exception PyTorch raises where a checked op fails: fxmlir raises the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Raised {
     IndexError,
     RuntimeError,
+}
+
+/// What a kernel checks at run time for a node: the exception PyTorch raises when it fails,
+/// and the failure, as PyTorch words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check {
+    pub raised: Raised,
+    pub failure: &'static str,
+}
+
+impl Check {
+    /// An index out of range, where PyTorch raises `IndexError` (embedding, index_select,
+    /// advanced indexing).
+    pub const INDEX_ERROR: Check = Check {
+        raised: Raised::IndexError,
+        failure: "index out of range",
+    };
+    /// An index out of range, where PyTorch raises `RuntimeError` (gather, scatter, bags).
+    pub const INDEX_RUNTIME_ERROR: Check = Check {
+        raised: Raised::RuntimeError,
+        failure: "index out of range",
+    };
+    /// An integer division or remainder by zero.
+    pub const ZERO_DIVISION: Check = Check {
+        raised: Raised::RuntimeError,
+        failure: "ZeroDivisionError",
+    };
 }
 
 impl From<serde_json::Error> for Error {

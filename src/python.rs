@@ -72,8 +72,8 @@ fn to_py(e: Error) -> PyErr {
         Error::UnsupportedOp(site) => (UnsupportedOpError::new_err(message), Some(site)),
         Error::Lowering { site, .. } => (LoweringError::new_err(message), Some(site)),
         Error::Call(_) => (CallError::new_err(message), None),
-        Error::OutOfRange { site, raised } => {
-            let err = match raised {
+        Error::Checked { site, check } => {
+            let err = match check.raised {
                 Raised::IndexError => pyo3::exceptions::PyIndexError::new_err(message),
                 Raised::RuntimeError => pyo3::exceptions::PyRuntimeError::new_err(message),
             };

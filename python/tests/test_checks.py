@@ -1,7 +1,8 @@
-"""Indices out of range raise as in eager PyTorch: the kernel checks each index tensor once
-(a reduction over it, before the op) and the call path raises PyTorch's exception type for the
-op, naming the node and the source line; in range, the results are eager's. Every case
-compiles whole (strict mode), so nothing here ran eagerly."""
+"""Indices out of range and integer divisions by zero raise as in eager PyTorch: the kernel
+checks each index tensor or divisor once (a reduction over it, before the op) and the call
+path raises PyTorch's exception type for the op, naming the node and the source line;
+otherwise the results are eager's. Every case compiles whole (strict mode), so nothing here
+ran eagerly."""
 
 import fxmlir
 import pytest
@@ -68,3 +69,42 @@ def test_an_embedding_bag_checks_its_indices():
         torch.testing.assert_close(compiled(good, offsets), bag(good, offsets))
         with pytest.raises(RuntimeError, match="index out of range in node"):
             compiled(torch.tensor([0, 5, 1]), offsets)
+
+
+DIVISIONS = {
+    "floor_divide": lambda a, b: a // b,
+    "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": lambda a, b: a % b,
+    "fmod": torch.fmod,
+    "scalar zero": lambda a, b: (a + b) // 0,
+}
+
+
+@pytest.mark.parametrize("op", DIVISIONS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_an_integer_division_by_zero_raises_like_eager(op, dtype):
+    fn = DIVISIONS[op]
+    a = torch.tensor([7, 9, 5], dtype=dtype)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="fxmlir")
+    with fxmlir.config.patch(fallback="error", background=False):
+        if op != "scalar zero":
+            b = torch.tensor([2, 4, 1], dtype=dtype)
+            torch.testing.assert_close(compiled(a, b), fn(a, b))
+        zero = torch.tensor([2, 0, 1], dtype=dtype)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError") as e:
+            fn(a, zero)
+        with pytest.raises(RuntimeError) as e:
+            compiled(a, zero)
+    assert str(e.value).startswith("ZeroDivisionError in node `"), str(e.value)
+
+
+def test_floating_division_by_zero_is_not_checked():
+    def fn(a, b):
+        return a // b, a / b
+
+    a, b = torch.tensor([1.0, -1.0, 0.0]), torch.zeros(3)
+    torch._dynamo.reset()
+    with fxmlir.config.patch(fallback="error", background=False):
+        for got, want in zip(torch.compile(fn, backend="fxmlir")(a, b), fn(a, b), strict=True):
+            torch.testing.assert_close(got, want, equal_nan=True)

@@ -2,8 +2,8 @@
 //! and PyTorch's type promotion, bitwise and logical ops, comparisons and float classification,
 //! clamping, `where`, and dtype conversion. Each op is one row.
 
-use super::{Emit, LowerCtx, Operand, Registry, Scalar, Tensor, fail};
-use crate::error::Result;
+use super::{Checked, Emit, LowerCtx, Operand, Registry, Scalar, Tensor, fail};
+use crate::error::{Check, Result};
 use crate::graph::{Arg, DType, Node, result_type};
 use melior::ir::Value;
 
@@ -108,8 +108,8 @@ const BINARY: &[(&str, Binary)] = &[
     ("aten.maximum.default", Binary::Maximum),
     ("aten.minimum.default", Binary::Minimum),
     ("aten.atan2.default", Binary::Atan2),
-    // Integer remainder/fmod by zero (PyTorch raises ZeroDivisionError) gives 0 instead of a
-    // SIGFPE; `INT_MIN % -1` gives 0, its true value.
+    // An integer remainder/fmod by zero raises as in PyTorch (the divisor is checked, see
+    // `check_divisor`) and computes 0 rather than trap; `INT_MIN % -1` gives 0, its true value.
     ("aten.remainder.Tensor", Binary::Remainder),
     ("aten.remainder.Scalar", Binary::Remainder),
     ("aten.fmod.Tensor", Binary::Fmod),
@@ -187,7 +187,18 @@ pub(super) fn register(r: &mut Registry) {
         r.add(op, move |ctx, node| lower_unary(ctx, node, unary));
     }
     for &(op, binary) in BINARY {
-        r.add(op, move |ctx, node| lower_binary(ctx, node, binary));
+        // Integer divisions and remainders check their divisor (PyTorch raises).
+        if matches!(binary, Binary::Remainder | Binary::Fmod) || op.ends_with("_mode") {
+            let checked = Checked {
+                check: Check::ZERO_DIVISION,
+                applies: |node| node.outputs.iter().all(|m| !m.dtype.is_float()),
+            };
+            r.add_checked(op, checked, move |ctx, node| {
+                lower_binary(ctx, node, binary)
+            });
+        } else {
+            r.add(op, move |ctx, node| lower_binary(ctx, node, binary));
+        }
     }
     for &(op, predicate) in COMPARE {
         r.add(op, move |ctx, node| lower_compare(ctx, node, predicate));
@@ -461,6 +472,9 @@ fn lower_binary<'c, 'a>(
     if matches!(op, Binary::Atan2) && !float {
         return fail("atan2 needs a floating-point result");
     }
+    if !float && (matches!(op, Binary::Remainder | Binary::Fmod) || rounding.is_some()) {
+        check_divisor(ctx, &rhs)?;
+    }
     if bitwise && float {
         return fail("bitwise ops need integer or bool operands");
     }
@@ -621,6 +635,24 @@ fn int_pow<'c, 'b>(
     let both = b.same("arith.andi", &[negative, zero_base])?;
     let base = b.select(both, two, a)?;
     b.same("math.ipowi", &[base, x])
+}
+
+/// Reports (see [`LowerCtx::report`]) an integer divisor that is zero: an element of a tensor
+/// divisor, or a Python scalar 0.
+fn check_divisor(ctx: &LowerCtx, divisor: &Operand) -> Result<()> {
+    match divisor {
+        Operand::Tensor(t) => {
+            let dtype = t.dtype;
+            ctx.report_any(t, |b, x| {
+                b.cmpi("eq", x, b.constant(Scalar::Int(0), dtype)?)
+            })
+        }
+        Operand::Scalar(s) if s.as_f64() == 0.0 => {
+            let always = ctx.e.constant(Scalar::Bool(true), DType::Bool)?;
+            ctx.report(always)
+        }
+        Operand::Scalar(_) => Ok(()),
+    }
 }
 
 /// Python's remainder from C's: `m += x` when `m` is nonzero and its sign differs from the

@@ -17,8 +17,10 @@ use super::elements::{extract, extreme, insert, linalg_index, to_index};
 use super::emit::internal;
 use super::loops::{fill_rows, for_loop, loop_nest, nth, reuse};
 use super::window::check_shape;
-use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim};
-use crate::error::{Raised, Result};
+use super::{
+    Checked, Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim,
+};
+use crate::error::{Check, Result};
 use crate::graph::{Arg, DType, Node};
 use melior::ir::{Value, ValueLike};
 
@@ -64,25 +66,33 @@ const INDEXING: &[(&str, Indexing)] = &[
 pub(super) fn register(r: &mut Registry) {
     for &(op, indexing) in INDEXING {
         // What PyTorch raises for an index out of range, per op.
-        let raised = match indexing {
+        let check = match indexing {
             Indexing::SelectScatter | Indexing::SliceScatter => None,
             Indexing::Embedding | Indexing::IndexSelect | Indexing::Index | Indexing::IndexPut => {
-                Some(Raised::IndexError)
+                Some(Check::INDEX_ERROR)
             }
-            Indexing::Gather | Indexing::Scatter(_) => Some(Raised::RuntimeError),
+            Indexing::Gather | Indexing::Scatter(_) => Some(Check::INDEX_RUNTIME_ERROR),
         };
-        match raised {
+        match check {
             None => r.add(op, move |ctx, node| lower_indexing(ctx, node, indexing)),
-            Some(raised) => r.add_checked(op, raised, move |ctx, node| {
+            Some(check) => r.add_checked(op, always(check), move |ctx, node| {
                 lower_indexing(ctx, node, indexing)
             }),
         }
     }
     r.add_checked(
         "aten._embedding_bag.default",
-        Raised::RuntimeError,
+        always(Check::INDEX_RUNTIME_ERROR),
         embedding_bag,
     );
+}
+
+/// `check` on every node of the op.
+fn always(check: Check) -> Checked {
+    Checked {
+        check,
+        applies: |_| true,
+    }
 }
 
 fn lower_indexing<'c, 'a>(
@@ -205,25 +215,14 @@ fn check_index(t: &Tensor, what: &str) -> Result<()> {
 }
 
 /// Reports (see [`LowerCtx::report`]) whether an element of `indices` lies outside
-/// `[low, high)`: one reduction over the index tensor, outside the op's own loops.
+/// `[low, high)`.
 fn check_range(ctx: &LowerCtx, indices: &Tensor, low: i64, high: i64) -> Result<()> {
-    let rank = indices.rank();
-    let init = ctx.e.splat(&[], DType::Bool, Scalar::Bool(false))?;
     let dtype = indices.dtype;
-    let results = ctx.e.generic(
-        &[(indices.value, emit::identity_map(rank))],
-        &[(init, emit::affine_map(rank, &[]))],
-        &vec![Iter::Reduction; rank],
-        |b, args| {
-            let (i, seen) = (nth(args, 0)?, nth(args, 1)?);
-            let below = b.cmpi("slt", i, b.constant(Scalar::Int(low), dtype)?)?;
-            let above = b.cmpi("sge", i, b.constant(Scalar::Int(high), dtype)?)?;
-            let outside = b.same("arith.ori", &[below, above])?;
-            Ok(vec![b.same("arith.ori", &[seen, outside])?])
-        },
-    )?;
-    let failed = extract(&ctx.e, nth(&results, 0)?, &[], DType::Bool)?;
-    ctx.report(failed)
+    ctx.report_any(indices, |b, i| {
+        let below = b.cmpi("slt", i, b.constant(Scalar::Int(low), dtype)?)?;
+        let above = b.cmpi("sge", i, b.constant(Scalar::Int(high), dtype)?)?;
+        b.same("arith.ori", &[below, above])
+    })
 }
 
 // ---- gathers -------------------------------------------------------------------------------

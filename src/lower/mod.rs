@@ -23,7 +23,7 @@ mod softmax;
 mod whole;
 mod window;
 
-use crate::error::{Error, NodeSite, Raised, Result};
+use crate::error::{Check, Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
 use crate::target::Target;
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
@@ -52,9 +52,16 @@ pub struct Lowering {
     /// The op of fxmlir's dialect the node becomes, its lowering being that op's
     /// decomposition; `None` when the lowering's ops go straight into the graph function.
     pub whole: Option<Whole>,
-    /// Whether the lowering checks its node's runtime values (indices), reporting a failure
-    /// through the status buffer ([`LowerCtx::report`]), and what PyTorch raises then.
-    pub checked: Option<Raised>,
+    /// What the lowering checks at run time (indices, divisors), reporting a failure through
+    /// the status buffer ([`LowerCtx::report`]), for the nodes it applies to.
+    pub checked: Option<Checked>,
+}
+
+/// A row's run-time check, and the nodes it applies to (say, integer divisions only).
+#[derive(Clone, Copy)]
+pub struct Checked {
+    pub check: Check,
+    pub applies: fn(&Node) -> bool,
 }
 
 pub use whole::Whole;
@@ -81,16 +88,16 @@ impl Registry {
         self.insert(op, Box::new(lower), None, None);
     }
 
-    /// A row whose lowering checks runtime values ([`LowerCtx::report`]); a failure raises
-    /// `raised`, as PyTorch does for the op.
-    pub fn add_checked<F>(&mut self, op: &'static str, raised: Raised, lower: F)
+    /// A row whose lowering checks runtime values ([`LowerCtx::report`]) of the nodes
+    /// `checked` applies to; a failure raises what PyTorch raises for the op.
+    pub fn add_checked<F>(&mut self, op: &'static str, checked: Checked, lower: F)
     where
         F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
             + Send
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), None, Some(raised));
+        self.insert(op, Box::new(lower), None, Some(checked));
     }
 
     /// A row whose node becomes `whole`'s op of fxmlir's dialect, `lower` writing its
@@ -110,7 +117,7 @@ impl Registry {
         op: &'static str,
         lower: Box<LowerFn>,
         whole: Option<Whole>,
-        checked: Option<Raised>,
+        checked: Option<Checked>,
     ) {
         let row = Lowering {
             family: self.family,
@@ -277,7 +284,7 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
     /// there. A graph compiled without checks (for an executor) records nothing; its kernel
     /// stays in bounds all the same.
     pub fn report(&self, failed: Value<'c, 'a>) -> Result<()> {
-        let Some(status) = self.status else {
+        let (Some(status), true) = (self.status, self.check_code > 0) else {
             return Ok(());
         };
         let e = &self.e;
@@ -295,6 +302,36 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         let next = e.select(first, mine, current)?;
         e.op("memref.store", &[next, status, zero], &[], &[])?;
         Ok(())
+    }
+
+    /// Reports (see [`LowerCtx::report`]) whether `failed` holds for an element of `t`: one
+    /// reduction over `t`, outside the op's own loops.
+    pub fn report_any<F>(&self, t: &Tensor<'c, 'a>, failed: F) -> Result<()>
+    where
+        F: for<'b> Fn(&Emit<'c, 'b>, Value<'c, 'b>) -> Result<Value<'c, 'b>>,
+    {
+        if self.status.is_none() || self.check_code == 0 {
+            return Ok(());
+        }
+        let rank = t.rank();
+        let init = self.e.splat(&[], DType::Bool, Scalar::Bool(false))?;
+        let results = self.e.generic(
+            &[(t.value, emit::identity_map(rank))],
+            &[(init, emit::affine_map(rank, &[]))],
+            &vec![Iter::Reduction; rank],
+            |b, args| {
+                let (x, seen) = (args[0], args[1]);
+                let bad = failed(b, x)?;
+                Ok(vec![b.same("arith.ori", &[seen, bad])?])
+            },
+        )?;
+        let any = self.e.op1(
+            "tensor.extract",
+            &[results[0]],
+            self.e.elem_type(DType::Bool)?,
+            &[],
+        )?;
+        self.report(any)
     }
 
     /// The value `r` names.
@@ -580,15 +617,15 @@ fn node_location<'c>(context: &'c Context, node: &Node) -> Location<'c> {
 
 /// The nodes whose lowerings check runtime values (indices), in order: the status buffer's
 /// code `k` (from 1) names the `k`-th, with what PyTorch raises for it.
-pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Raised)>> {
+pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Check)>> {
     let registry = Registry::global()?;
     Ok(graph
         .nodes
         .iter()
         .filter(|n| n.lowering.is_none())
         .filter_map(|n| {
-            let raised = registry.get(&n.target)?.checked?;
-            Some((n.site(), raised))
+            let checked = registry.get(&n.target)?.checked?;
+            (checked.applies)(n).then(|| (n.site(), checked.check))
         })
         .collect())
 }

@@ -7,7 +7,7 @@ pub mod dlpack;
 
 use crate::context::Dialect;
 use crate::dumps::Dumps;
-use crate::error::{Error, NodeSite, Raised, Result};
+use crate::error::{Check, Error, NodeSite, Result};
 use crate::graph::{Graph, TensorMeta};
 use crate::jit::{self, Descriptors, Kernel};
 use crate::pipeline::{self, Hook, StageEdit};
@@ -147,7 +147,7 @@ pub struct CompiledGraph {
     descriptors: Descriptors,
     /// The nodes whose checks the kernel reports (the status buffer's codes, from 1), and
     /// what PyTorch raises for each; empty when it has none.
-    checks: Vec<(NodeSite, Raised)>,
+    checks: Vec<(NodeSite, Check)>,
 }
 
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
@@ -507,7 +507,8 @@ impl CompiledGraph {
     /// records (shape, strides, dtype), valid for the duration of the call; output buffers
     /// must not overlap inputs or each other.
     ///
-    /// A failed runtime check (an index out of range) is [`Error::OutOfRange`] naming the node,
+    /// A failed runtime check (an index out of range, an integer division by zero) is
+    /// [`Error::Checked`] naming the node,
     /// after the call (the kernel never reads or writes out of bounds).
     pub unsafe fn call(&self, pointers: &[usize]) -> Result<()> {
         let buffers = self.inputs.len() + self.outputs.len();
@@ -536,14 +537,14 @@ impl CompiledGraph {
         {
             None => Ok(()),
             Some(k) => {
-                let (site, raised) = self.checks.get(k).cloned().ok_or_else(|| {
+                let (site, check) = self.checks.get(k).cloned().ok_or_else(|| {
                     Error::Call(format!(
                         "graph `{}`: unknown check code {}",
                         self.name,
                         k + 1
                     ))
                 })?;
-                Err(Error::OutOfRange { site, raised })
+                Err(Error::Checked { site, check })
             }
         }
     }
