@@ -1598,11 +1598,11 @@ def empty_permuted_samples(dt):
 UNSPECIFIED = "empty tensors hold arbitrary values"
 
 
-def test_int_division_by_zero_is_defined():
-    """Integer division, remainder and fmod by zero raise in PyTorch and would trap (SIGFPE) as
-    machine code, as would ``INT_MIN / -1`` (eager PyTorch itself crashes on that one). The
-    compiler divides by 1 instead: by zero gives 0; ``INT_MIN % -1`` is 0, its true value, and
-    ``INT_MIN // -1`` wraps to INT_MIN."""
+def test_int_division_by_zero_raises_and_int_min_by_minus_one_is_defined():
+    """Integer division, remainder and fmod by zero raise as in PyTorch (the divisor is
+    checked before the op; see test_checks.py), and the kernel never traps (SIGFPE) on them
+    nor on ``INT_MIN / -1`` (eager PyTorch itself crashes on that one): ``INT_MIN % -1`` is 0,
+    its true value, and ``INT_MIN // -1`` wraps to INT_MIN."""
     from op_harness import build_graph
 
     calls = {
@@ -1616,15 +1616,21 @@ def test_int_division_by_zero_is_defined():
     for name, fn in calls.items():
         for dt in (i64, i32, i8, u8):
             lo = torch.iinfo(dt).min
-            a = tensor([7, -7, lo, 0, 5, lo], dt)
-            b = tensor([0, 0, -1, 0, 3, 0], dt)
+            a = tensor([lo, 0, 5, lo], dt)
+            b = tensor([-1, 1, 3, 1], dt) if dt != u8 else tensor([1, 1, 3, 1], dt)
             row = Row(name, (dt,), lambda _: [], EXACT)
-            gm = build_graph(row, S("zero_divisor", [a, b], fn))
-            got = fxmlir.compile_graph(gm, [a, b])([a, b])
-            quotient = [0, 0, lo, 0, 1, 0]
-            expected = [0, 0, 0, 0, 2, 0] if name != "aten.div.Tensor_mode" else quotient
+            gm = build_graph(row, S("int_min_divisor", [a, b], fn))
+            kernel = fxmlir.compile_graph(gm, [a, b])
+            got = kernel([a, b])
+            if name == "aten.div.Tensor_mode":
+                expected = [lo, 0, 1, lo]
+            else:
+                expected = [0, 0, 2, 0]
             for g in got:
                 assert g.tolist() == expected, (name, NAME[dt], g.tolist())
+            zero = tensor([1, 0, 3, 1], dt)
+            with pytest.raises(RuntimeError, match="ZeroDivisionError in node"):
+                kernel([a, zero])
 
 
 # ---- convolution, pooling, normalization, resizing ----------------------------------------
