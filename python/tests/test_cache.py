@@ -1,5 +1,6 @@
 """The compile cache: a second process loads the first one's kernel from disk and computes the
-same results; a damaged entry is reported, recompiled and overwritten; an empty
+same results; processes writing one key at once leave one good entry; an entry for another
+target is not loaded; a damaged entry is reported, recompiled and overwritten; an empty
 ``FXMLIR_CACHE_DIR`` turns the disk cache off; the pipeline is part of the key; dumping
 compiles (and stores) even when the kernel is cached; an unwritable directory is reported once.
 Results are checked against eager with atol = rtol = 1e-4."""
@@ -86,6 +87,43 @@ def test_second_process_loads_from_disk(filled_cache, tmp_path):
     assert "compile cache" not in stderr
     # The same machine code: bit for bit the cold process's result.
     assert torch.equal(torch.load(tmp_path / "warm.pt"), cold)
+
+
+def test_processes_writing_one_key_at_once_leave_one_good_entry(tmp_path):
+    """Three processes compile the same graph into an empty cache at once (each writes the
+    entry through a file of its own, renamed into place): all succeed with one result, one
+    entry remains, and a fourth process loads it."""
+    environment = {**os.environ, "FXMLIR_CACHE_DIR": str(tmp_path / "cache")}
+    environment.pop("FXMLIR_DUMP_DIR", None)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROCESS, str(tmp_path / f"racer{k}.pt")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        for k in range(3)
+    ]
+    for run in runs:
+        _, stderr = run.communicate(timeout=600)
+        assert run.returncode == 0, stderr
+    results = [torch.load(tmp_path / f"racer{k}.pt") for k in range(3)]
+    assert all(torch.equal(r, results[0]) for r in results)
+    assert len(entries(tmp_path / "cache")) == 1
+    report, _ = run_process(str(tmp_path / "cache"), tmp_path / "after.pt")
+    assert [r["source"] for r in report["records"]] == ["disk"], report
+    assert torch.equal(torch.load(tmp_path / "after.pt"), results[0])
+
+
+def test_an_entry_for_another_target_is_not_loaded(filled_cache, tmp_path):
+    """The target is part of the key: a process compiling for another CPU compiles its own
+    kernel beside the entry, and never loads code built for the host."""
+    cache_dir, _ = filled_cache
+    shutil.copytree(cache_dir, tmp_path / "cache")
+    report, _ = run_process(str(tmp_path / "cache"), tmp_path / "v2.pt", FXMLIR_TARGET="x86-64-v2")
+    assert [r["source"] for r in report["records"]] == ["compiled"], report
+    assert len(entries(tmp_path / "cache")) == 2
 
 
 def damaged(entry: bytes, damage: str) -> bytes:
