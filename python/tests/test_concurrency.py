@@ -1,7 +1,8 @@
 """Several Python threads compiling and calling at once, as a thread-pool server does: the
 first calls of one function, different graphs, calls while a background compile runs, and
 failing checks beside passing calls. Kernels run with the GIL released; every result must be
-eager's and every wait must end (a deadlock fails the test at its timeout)."""
+eager's and every wait must end (a deadlock fails the test at its timeout). And resident
+memory stays flat over many calls."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -83,3 +84,25 @@ def test_a_failing_check_in_one_thread_leaves_the_others_correct():
             assert isinstance(got, IndexError), got
         else:
             torch.testing.assert_close(got, fn(good))
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / (1 << 20)
+
+
+def test_resident_memory_stays_flat_over_ten_thousand_calls():
+    """Outputs are fresh tensors each call, handed back to fxmlir's allocator when freed: the
+    calls keep no memory. (Rust's tests/memory_rss.rs bounds many distinct compiles.)"""
+    model = _mlp(64)
+    x = torch.randn(16, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fxmlir")
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
+        for _ in range(500):
+            compiled(x)
+        before = _rss_mib()
+        for _ in range(10_000):
+            compiled(x)
+        after = _rss_mib()
+    assert after - before < 16, f"10,000 calls grew RSS from {before:.1f} to {after:.1f} MiB"
