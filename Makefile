@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: setup apt venv build plugins examples install demo test test-rust test-lit test-python \
-        test-docs op-support bench lint
+        test-docs test-fuzz fuzz fuzz-build op-support bench lint
 
 ## setup: Debian packages, the venv with torch, a release build installed into the venv, the
 ## example vendor plugin (examples/xacc) installed beside it, and the C/C++ examples built.
@@ -77,7 +77,7 @@ demo: setup
 
 ## test: the lints, cargo tests, the lit suite, the Python suite, and the generated docs are
 ## current.
-test: setup lint test-rust test-lit test-python test-docs
+test: setup lint test-rust test-lit test-python test-docs test-fuzz
 
 test-rust:
 	cargo test --release -q
@@ -90,6 +90,28 @@ test-python:
 
 test-docs:
 	$(PY) scripts/op_support.py --check
+
+## fuzz-build: cargo-fuzz (installed if missing) and the libFuzzer targets in fuzz/ (the
+## interchange parser, validator, lowering and verifier), with the seed corpus from the lit
+## suite's graph documents. RUSTC_BOOTSTRAP lets the machine's stable toolchain take the
+## flags cargo-fuzz passes.
+FUZZ_ENV := RUSTC_BOOTSTRAP=1 \
+            LD_LIBRARY_PATH=$(CURDIR)/fuzz/target/x86_64-unknown-linux-gnu/release:$(LLVM_PREFIX)/lib
+FUZZ_SECONDS ?= 1800
+fuzz-build: setup
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install -q --locked cargo-fuzz
+	$(PY) scripts/fuzz_seeds.py
+	$(FUZZ_ENV) cargo fuzz build -s none -O graph
+
+## test-fuzz: a bounded run (30 s) of the fuzz target, part of `make test`; `make fuzz` runs it
+## for FUZZ_SECONDS (default 1800). A crash leaves its input in fuzz/artifacts/graph/.
+test-fuzz: fuzz-build
+	set -o pipefail; $(FUZZ_ENV) cargo fuzz run -s none -O graph fuzz/corpus/graph -- \
+	    -max_total_time=30 -rss_limit_mb=4096 2>&1 | grep -v "^INFO\|^#\|^\"\|dictionary"
+
+fuzz: fuzz-build
+	$(FUZZ_ENV) cargo fuzz run -s none -O graph fuzz/corpus/graph -- \
+	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096
 
 ## op-support: regenerate docs/op-support.md after adding or removing a lowering.
 op-support:
