@@ -1,6 +1,7 @@
 """The compile cache: a second process loads the first one's kernel from disk and computes the
 same results; processes writing one key at once leave one good entry; an entry for another
-target is not loaded; a damaged entry is reported, recompiled and overwritten; an empty
+target is not loaded; a full disk is reported and the compile goes on; a damaged entry is
+reported, recompiled and overwritten; an empty
 ``FXMLIR_CACHE_DIR`` turns the disk cache off; the pipeline is part of the key; dumping
 compiles (and stores) even when the kernel is cached; an unwritable directory is reported once.
 Results are checked against eager with atol = rtol = 1e-4."""
@@ -114,6 +115,36 @@ def test_processes_writing_one_key_at_once_leave_one_good_entry(tmp_path):
     report, _ = run_process(str(tmp_path / "cache"), tmp_path / "after.pt")
     assert [r["source"] for r in report["records"]] == ["disk"], report
     assert torch.equal(torch.load(tmp_path / "after.pt"), results[0])
+
+
+# A process whose files may hold at most 4 KiB (RLIMIT_FSIZE, its signal ignored): every write
+# past that fails with EFBIG, as on a full disk. The result file is smaller; a kernel entry is
+# not.
+FULL_DISK = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+"""
+
+
+def test_a_full_disk_is_reported_and_the_compile_goes_on(tmp_path):
+    environment = {**os.environ, "FXMLIR_CACHE_DIR": str(tmp_path / "cache")}
+    environment.pop("FXMLIR_DUMP_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK + PROCESS, str(tmp_path / "full.pt")],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["source"] for r in report["records"]] == ["compiled"], report
+    assert report["error"] <= TOL, report
+    assert "cannot write the compile cache" in done.stderr, done.stderr
+    # Nothing half-written is left to load.
+    assert entries(tmp_path / "cache") == []
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
 
 
 def test_an_entry_for_another_target_is_not_loaded(filled_cache, tmp_path):
