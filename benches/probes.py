@@ -10,7 +10,7 @@ import fxmlir
 import measure
 import torch
 from cases import BANDWIDTH_ELEMENTS, FLOAT_BYTES, all_cases
-from fxmlir import interchange
+from fxmlir import backend, interchange
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -103,4 +103,44 @@ def interleaved(budget_s: float, repeat: int | None) -> dict[str, Any]:
                 "with_mm_ms": both,
                 "excess_ms": both - alone - result["eager_mm_ms"],
             }
+    return result
+
+
+#: The checks probe's embedding: a 50k x 256 table (a small language model's), 8k ids.
+CHECKED_ROWS, CHECKED_WIDTH, CHECKED_IDS = 50_000, 256, 8192
+
+
+def _embedding_sum(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.embedding(ids, table).sum(-1)
+
+
+def _int_divisions(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a // b + a % b
+
+
+def checks(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """What the run-time checks cost: an embedding lookup (the ids checked against the table's
+    rows) and integer floor division and remainder (the divisors checked for zero), compiled
+    with checks and without (``fxmlir.config.checks``), timed in turns with eager."""
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(CHECKED_ROWS, CHECKED_WIDTH, generator=generator)
+    ids = torch.randint(0, CHECKED_ROWS, (CHECKED_IDS,), generator=generator)
+    a = torch.randint(-1000, 1000, (1 << 20,), generator=generator)
+    b = torch.randint(1, 50, (1 << 20,), generator=generator)
+    result: dict[str, Any] = {}
+    for name, fn, args in (
+        ("embedding", _embedding_sum, (table, ids)),
+        ("int_division", _int_divisions, (a, b)),
+    ):
+        graph = make_fx(fn, decomposition_table=backend.decompositions(), tracing_mode="fake")(
+            *args
+        )
+        calls = {"eager": fn}
+        for checked in (True, False):
+            with fxmlir.config.patch(checks=checked, fallback="error", background=False):
+                compiled = fxmlir.compile_graph(graph, list(args))
+            calls["checked" if checked else "unchecked"] = lambda *xs, c=compiled: c(list(xs))
+        times = measure.interleaved_ms(calls, args, budget_s, repeat)
+        result[name] = {k: v["ms"] for k, v in times.items()}
+        result[name]["cost"] = times["checked"]["ms"] / times["unchecked"]["ms"] - 1
     return result

@@ -458,6 +458,24 @@ def interleaved_table(results: dict[str, Any]) -> list[str]:
     return table(header + ["both in turn ms", "excess ms"], rows)
 
 
+def checks_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("checks")
+    if (lines := not_measured(r, "checks probe")) is not None:
+        return lines
+    rows = [
+        [
+            name,
+            fmt(r[name]["eager"], ".3f"),
+            fmt(r[name]["checked"], ".3f"),
+            fmt(r[name]["unchecked"], ".3f"),
+            fmt(100 * r[name]["cost"], "+.1f"),
+        ]
+        for name in ("embedding", "int_division")
+    ]
+    header = ["case", "eager ms", "fxmlir checked ms", "fxmlir unchecked ms", "cost of checks %"]
+    return table(header, rows)
+
+
 def cache_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for c in results.get("cache", []):
@@ -568,13 +586,17 @@ def markdown(results: dict[str, Any]) -> str:
         ("Memory bandwidth", bandwidth_table),
         ("Call overhead: `x + 1` on a one-element tensor", overhead_table),
         ("Compiled MLP and an eager `torch.mm` called in turn", interleaved_table),
+        (
+            "Run-time checks: embedding (50k x 256 table, 8k ids) and int64 `//` and `%` (1M)",
+            checks_table,
+        ),
         ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
         ("Weights as graph inputs, hoisted, or constants", constants_table),
         ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
     ]
     for title, render in sections:
         out += [f"**{title}**", ""] + render(results)
-    probes = ("bandwidth", "overhead", "interleaved", "constants")
+    probes = ("bandwidth", "overhead", "interleaved", "checks", "constants")
     flagged = [k for k in probes if busy(results.get(k))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("cold"))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]

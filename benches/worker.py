@@ -5,7 +5,7 @@ and a crash costs one row only.
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
 Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``bandwidth``, ``overhead``,
-``interleaved``, ``constants``.
+``interleaved``, ``checks``, ``constants``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return probes.call_overhead()
     if kind == "interleaved":
         return probes.interleaved(budget_s, repeat)
+    if kind == "checks":
+        return probes.checks(budget_s, repeat)
     if kind == "constants":
         return constants.run(budget_s, repeat)
     raise ValueError(f"unknown task {task!r}")

@@ -244,7 +244,7 @@ fn compile_document(json: &str, options: &Options) -> PyResult<CompiledGraph> {
 #[pyfunction]
 #[pyo3(signature = (
     json, pipeline = "default", dump_dir = None, cache_dir = None, target = "host", threads = 1,
-    background = false, low_priority = false, extensions = None
+    background = false, low_priority = false, extensions = None, checks = true
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
@@ -258,9 +258,13 @@ fn compile(
     background: bool,
     low_priority: bool,
     extensions: Option<&str>,
+    checks: bool,
 ) -> PyResult<Compilation> {
     let target = parse_target(target, threads)?;
-    let options = parse_extensions(extensions)?.options(pipeline, dump_dir, cache_dir, target);
+    let options = Options {
+        checks,
+        ..parse_extensions(extensions)?.options(pipeline, dump_dir, cache_dir, target)
+    };
     if !background {
         let compiled = py.detach(|| compile_document(&json, &options))?;
         return Ok(Compilation {

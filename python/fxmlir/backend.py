@@ -419,6 +419,7 @@ def _compile(gm: torch.fx.GraphModule, static: frozenset[int]) -> Callable:
         _checked_target(config.target),
         _checked_extensions(),
         config.golden,
+        config.checks,
     )
     background = config.background and not strict
 

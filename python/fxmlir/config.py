@@ -85,6 +85,14 @@ class Config:
         ]
     )
 
+    #: Run-time checks where PyTorch raises: an index out of range (gathers, scatters,
+    #: embeddings) or an integer division by zero raises PyTorch's exception, naming the node.
+    #: Off (``FXMLIR_CHECKS=0``), such a call returns unspecified values instead, still without
+    #: reading out of bounds: for measuring what the checks cost (``make bench``).
+    checks: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_CHECKS", "1") != "0"
+    )
+
     #: Golden check: every call of a compiled graph also runs the graph in eager PyTorch and
     #: compares; a difference raises ``GoldenMismatch`` naming the first op (node and source
     #: line) that differs. A debugging mode: each call costs an eager run, a difference one

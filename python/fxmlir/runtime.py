@@ -300,6 +300,8 @@ class Settings:
     extensions: str | None = None
     #: Compare every call with eager PyTorch (``config.golden``).
     golden: bool = False
+    #: Check indices and integer divisors at run time (``config.checks``).
+    checks: bool = True
 
 
 def build(
@@ -333,6 +335,7 @@ def build(
         background,
         low_priority,
         settings.extensions,
+        settings.checks,
     )
     if not background:
         return functools.partial(_wrap, plan, job.wait())
