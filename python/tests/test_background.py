@@ -8,6 +8,7 @@ import fxmlir
 import pytest
 import torch
 from fxmlir import backend, partition
+from records import latest, since
 from torch.fx.experimental.proxy_tensor import make_fx
 
 
@@ -28,28 +29,28 @@ def test_first_call_waits_for_the_kernel_and_records_the_wait():
 
     a, b = torch.randn(37, 19), torch.randn(19, 23)
     gm = make_fx(fn, tracing_mode="fake")(a, b)
-    start = len(backend.history)
+    start = latest()
     with fxmlir.config.patch(background=True, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [a, b])
     # The kernel is recorded when the first call has it, not when the backend returns.
-    assert len(backend.history) == start
+    assert not since(start)
     (out,) = compiled([a, b])
     torch.testing.assert_close(out, fn(a, b), rtol=1e-5, atol=1e-5)
-    (record,) = list(backend.history)[start:]
+    (record,) = since(start)
     assert record.source == "compiled" and record.waited_ms >= 0.0
     assert dict(record.timings)["total"] > 0.0
     # Later calls run the kernel without compiling or recording again.
     torch.testing.assert_close(compiled([2 * a, b])[0], fn(2 * a, b), rtol=1e-5, atol=1e-5)
-    assert len(backend.history) == start + 1
+    assert len(since(start)) == 1
 
 
 def test_without_background_the_kernel_exists_when_the_backend_returns():
     a = torch.randn(41)
     gm = make_fx(lambda a: torch.sin(a) + 2.0, tracing_mode="fake")(a)
-    start = len(backend.history)
+    start = latest()
     with fxmlir.config.patch(background=False, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [a])
-    (record,) = list(backend.history)[start:]
+    (record,) = since(start)
     assert record.waited_ms == 0.0
     torch.testing.assert_close(compiled([a])[0], torch.sin(a) + 2.0)
 
@@ -79,13 +80,13 @@ def test_strict_mode_raises_at_compile_time():
 def test_background_compiles_through_torch_compile_match_eager():
     model = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
     x = torch.randn(5, 24)
-    start = len(backend.history)
+    start = latest()
     with torch.no_grad(), fxmlir.config.patch(background=True):
         compiled = torch.compile(model, backend="fxmlir")
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(compiled(x + 1), model(x + 1), rtol=1e-5, atol=1e-5)
     # One graph, compiled (or reused) once: the second call did not compile again.
-    assert len(backend.history) == start + 1
+    assert len(since(start)) == 1
 
 
 def test_background_compiles_run_side_by_side():
@@ -138,21 +139,21 @@ def test_a_new_size_compiles_on_its_second_call_or_at_once(background):
     fn, gm = _dynamic_softmax()
     # Sizes of their own: a kernel compiled by the other case would be reused from memory.
     x = torch.randn(5 if background else 7, 6)
-    start = len(backend.history)
+    start = latest()
     with fxmlir.config.patch(background=background, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [x])
         _call(compiled, fn, x)
-        assert len(backend.history) == start + (0 if background else 1)
+        assert len(since(start)) == (0 if background else 1)
         for _ in range(2):
             _call(compiled, fn, x)
-    (record,) = list(backend.history)[start:]
+    (record,) = since(start)
     assert not record.background and record.source == "compiled"
 
 
 def test_sizes_that_keep_changing_compile_in_the_background_when_they_recur():
     fn, gm = _dynamic_softmax()
     sizes = [torch.randn(n, 6) for n in (3, 4, 5, 6)]
-    start = len(backend.history)
+    start = latest()
     with fxmlir.config.patch(background=True, cache_dir=None):
         compiled = fxmlir.compile_graph(gm, [sizes[0]])
         for x in sizes:
@@ -160,14 +161,14 @@ def test_sizes_that_keep_changing_compile_in_the_background_when_they_recur():
         # More sizes than a stable graph has: a recurring one starts a background compile
         # and runs eagerly.
         _call(compiled, fn, sizes[0])
-        assert compiled.compiling is not None and len(backend.history) == start
+        assert compiled.compiling is not None and not since(start)
         # Called again while it compiles: not queued a second time.
         _call(compiled, fn, sizes[0])
         assert not compiled.queued
         _wait_for(compiled)
         # The next call takes the kernel.
         _call(compiled, fn, sizes[0])
-    (record,) = list(backend.history)[start:]
+    (record,) = since(start)
     assert record.background and record.source == "compiled"
     assert len(compiled.specialized) == 1
 

@@ -19,6 +19,7 @@ import fxmlir
 import pytest
 import torch
 from fxmlir import backend
+from records import latest, since
 
 TOL = 1e-4
 
@@ -208,11 +209,11 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 
 def compile_records(fn, *args, **config) -> list[backend.CompileRecord]:
     torch._dynamo.reset()
-    start = len(backend.history)
+    start = latest()
     with fxmlir.config.patch(**config):
         got = torch.compile(fn, backend="fxmlir")(*args)
     torch.testing.assert_close(got, fn(*args), atol=TOL, rtol=TOL)
-    return list(backend.history)[start:]
+    return since(start)
 
 
 def test_pipeline_is_part_of_the_key(tmp_path):

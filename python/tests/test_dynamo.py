@@ -7,13 +7,13 @@ import sys
 import fxmlir
 import torch
 import torch.nn as nn
-from fxmlir import backend
+from records import latest, since
 
 ATOL = RTOL = 1e-5
 
 
 def compiles_since(start: int) -> list:
-    return list(backend.history)[start:]
+    return since(start)
 
 
 def test_backend_is_listed_and_works_without_importing_fxmlir():
@@ -50,7 +50,7 @@ def test_graph_break_gives_several_graphs_that_match_eager():
         return b.relu()
 
     x, y = torch.randn(3, 4), torch.randn(3, 4)
-    start = len(backend.history)
+    start = latest()
     actual = torch.compile(fn, backend="fxmlir")(x, y)
     torch.testing.assert_close(actual, fn(x, y), atol=ATOL, rtol=RTOL)
     assert len(compiles_since(start)) == 2
@@ -68,7 +68,7 @@ def test_new_input_shape_recompiles_correctly():
 
 def test_static_recompile_when_dynamic_is_off():
     compiled = torch.compile(lambda x: x.exp() - 1, backend="fxmlir", dynamic=False)
-    start = len(backend.history)
+    start = latest()
     for n in (3, 7, 3):
         x = torch.randn(n)
         torch.testing.assert_close(compiled(x), x.exp() - 1)
@@ -147,7 +147,7 @@ def test_backward_graphs_compile_and_match_eager_gradients():
     model(x).square().mean().backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    start = len(backend.history)
+    start = latest()
     torch.compile(model, backend="fxmlir")(x).square().mean().backward()
     assert len(compiles_since(start)) == 2  # forward and backward
     for name, p in model.named_parameters():
@@ -171,7 +171,7 @@ def test_identical_graphs_reuse_one_kernel():
         return torch.tanh(x) * 0.5 + 1.0
 
     x = torch.randn(7, 3)
-    start = len(backend.history)
+    start = latest()
     torch.compile(fn, backend="fxmlir")(x)
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, backend="fxmlir")(x), fn(x))
