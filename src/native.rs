@@ -27,10 +27,11 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn entry(self) -> &'static str {
+    /// The plugin's entry point, a C symbol.
+    fn entry(self) -> &'static CStr {
         match self {
-            Kind::Pass => "mlirGetPassPluginInfo",
-            Kind::Dialect => "mlirGetDialectPluginInfo",
+            Kind::Pass => c"mlirGetPassPluginInfo",
+            Kind::Dialect => c"mlirGetDialectPluginInfo",
         }
     }
 }
@@ -125,15 +126,14 @@ fn open(path: &Path, kind: Kind, bytes: &[u8]) -> Result<Plugin> {
         };
         return Err(refused(path, message));
     }
-    let entry = CString::new(kind.entry()).expect("no NUL in a symbol name");
     // SAFETY: a live handle; the symbol, if present, is the plugin's entry point.
-    let symbol = unsafe { libc::dlsym(handle, entry.as_ptr()) };
+    let symbol = unsafe { libc::dlsym(handle, kind.entry().as_ptr()) };
     if symbol.is_null() {
         return Err(refused(
             path,
             format!(
                 "it has no `{}`: not a {} plugin",
-                kind.entry(),
+                kind.entry().to_string_lossy(),
                 match kind {
                     Kind::Pass => "pass",
                     Kind::Dialect => "dialect",
