@@ -52,4 +52,93 @@ irdl.dialect @fxmlir {
     irdl.results(outputs: variadic %outputs)
     irdl.attributes {"op" = %op, "origin" = %origin, "decomposition" = %decomposition}
   }
+
+  // The collectives of PyTorch's functional c10d API (`_c10d_functional.*`), compiled in
+  // place: one op per collective, the input tensor its operand, the collective's result its
+  // result, the op's other arguments attributes under their schema names. The decomposition
+  // copies the input into a buffer of its own and calls back into the kernel's host, which
+  // runs the collective in PyTorch's c10d and waits for it (`@fxmlir_host_call`).
+  irdl.operation @all_reduce {
+    %input = irdl.base "!builtin.tensor"
+    %output = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    %reduce_op = irdl.base "#builtin.string"
+    %group_name = irdl.base "#builtin.string"
+    irdl.operands(input: %input)
+    irdl.results(output: %output)
+    irdl.attributes {
+      "decomposition" = %decomposition,
+      "reduce_op" = %reduce_op,
+      "group_name" = %group_name
+    }
+  }
+
+  irdl.operation @broadcast {
+    %input = irdl.base "!builtin.tensor"
+    %output = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    %src = irdl.base "#builtin.integer"
+    %group_name = irdl.base "#builtin.string"
+    irdl.operands(input: %input)
+    irdl.results(output: %output)
+    irdl.attributes {
+      "decomposition" = %decomposition,
+      "src" = %src,
+      "group_name" = %group_name
+    }
+  }
+
+  // The inputs of the `group_size` ranks, concatenated along the first dimension.
+  irdl.operation @all_gather {
+    %input = irdl.base "!builtin.tensor"
+    %output = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    %group_size = irdl.base "#builtin.integer"
+    %group_name = irdl.base "#builtin.string"
+    irdl.operands(input: %input)
+    irdl.results(output: %output)
+    irdl.attributes {
+      "decomposition" = %decomposition,
+      "group_size" = %group_size,
+      "group_name" = %group_name
+    }
+  }
+
+  // The reduction over the ranks of their inputs, of which this rank keeps its slice of the
+  // first dimension.
+  irdl.operation @reduce_scatter {
+    %input = irdl.base "!builtin.tensor"
+    %output = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    %reduce_op = irdl.base "#builtin.string"
+    %group_size = irdl.base "#builtin.integer"
+    %group_name = irdl.base "#builtin.string"
+    irdl.operands(input: %input)
+    irdl.results(output: %output)
+    irdl.attributes {
+      "decomposition" = %decomposition,
+      "reduce_op" = %reduce_op,
+      "group_size" = %group_size,
+      "group_name" = %group_name
+    }
+  }
+
+  // Slices of the first dimension exchanged between the ranks (equal slices when the split
+  // sizes are empty).
+  irdl.operation @all_to_all {
+    %input = irdl.base "!builtin.tensor"
+    %output = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    %output_split_sizes = irdl.base "#builtin.dense_array"
+    %input_split_sizes = irdl.base "#builtin.dense_array"
+    %group_name = irdl.base "#builtin.string"
+    irdl.operands(input: %input)
+    irdl.results(output: %output)
+    irdl.attributes {
+      "decomposition" = %decomposition,
+      "output_split_sizes" = %output_split_sizes,
+      "input_split_sizes" = %input_split_sizes,
+      "group_name" = %group_name
+    }
+  }
 }

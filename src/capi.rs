@@ -61,7 +61,7 @@ impl From<Error> for Failure {
             | Error::Dialect { .. } => FXMLIR_ERROR_PIPELINE,
             Error::Target(_) => FXMLIR_ERROR_TARGET,
             Error::Plugin { .. } => FXMLIR_ERROR_PLUGIN,
-            Error::Call(_) => FXMLIR_ERROR_CALL,
+            Error::Call(_) | Error::HostCall { .. } => FXMLIR_ERROR_CALL,
             Error::Checked { .. } => FXMLIR_ERROR_CHECK,
             Error::Io { .. } => FXMLIR_ERROR_IO,
             Error::Llvm(_) => FXMLIR_ERROR_INTERNAL,
@@ -742,7 +742,7 @@ pub unsafe extern "C" fn fxmlir_kernel_call(
         let pointers: Vec<usize> = buffers.iter().map(|(_, (start, _))| *start).collect();
         // SAFETY: every buffer was checked against the layout the kernel was compiled for;
         // outputs overlap nothing.
-        unsafe { compiled.call(&pointers) }?;
+        unsafe { compiled.call(&pointers, None) }?;
         Ok(())
     })
 }

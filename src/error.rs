@@ -62,6 +62,11 @@ pub enum Error {
     #[error("{} in {site}", .check.failure)]
     Checked { site: NodeSite, check: Check },
 
+    /// A call a kernel made back into its host (a collective run in PyTorch's c10d) failed,
+    /// for the node named.
+    #[error("{site}: {message}")]
+    HostCall { site: NodeSite, message: String },
+
     /// An IRDL dialect given to fxmlir that does not load.
     #[error("dialect from {origin}: {message}")]
     Dialect { origin: String, message: String },

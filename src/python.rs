@@ -5,6 +5,7 @@
 use crate::context::Dialect;
 use crate::error::Error;
 use crate::error::Raised;
+use crate::jit::host::HostCalls;
 use crate::native::Kind;
 use crate::pipeline::{Placement, Stage, StageEdit, StageParts};
 use crate::runtime::{CompiledGraph, Options, dlpack};
@@ -72,6 +73,7 @@ fn to_py(e: Error) -> PyErr {
         Error::UnsupportedOp(site) => (UnsupportedOpError::new_err(message), Some(site)),
         Error::Lowering { site, .. } => (LoweringError::new_err(message), Some(site)),
         Error::Call(_) => (CallError::new_err(message), None),
+        Error::HostCall { site, .. } => (CallError::new_err(message), Some(site)),
         Error::Checked { site, check } => {
             let err = match check.raised {
                 Raised::IndexError => pyo3::exceptions::PyIndexError::new_err(message),
@@ -203,13 +205,70 @@ impl Kernel {
         }
     }
 
+    /// The nodes the kernel has its host run (its collectives), by host call number: what
+    /// `run`'s `host` is called for.
+    #[getter]
+    fn host_calls(&self) -> Vec<String> {
+        self.compiled
+            .host_calls
+            .iter()
+            .map(|s| s.node.clone())
+            .collect()
+    }
+
     /// Runs the kernel. The caller (fxmlir.runtime) has checked every tensor against the
-    /// compiled shapes, strides and dtypes and allocated the outputs.
-    fn run(&self, py: Python<'_>, pointers: Vec<usize>) -> PyResult<()> {
+    /// compiled shapes, strides and dtypes and allocated the outputs. `host(number, source,
+    /// target)` runs the kernel's host calls (`host_calls`) on the buffers at the addresses
+    /// given; an exception it raises is raised here, with a note naming the node.
+    #[pyo3(signature = (pointers, host = None))]
+    fn run(&self, py: Python<'_>, pointers: Vec<usize>, host: Option<Py<PyAny>>) -> PyResult<()> {
         let compiled = &self.compiled;
+        let host = host.map(|handler| PyHost {
+            handler,
+            raised: Mutex::new(None),
+        });
         // SAFETY: the Python runtime validates each tensor against the compiled metadata before
         // passing its data pointer, and keeps the tensors alive across this call.
-        py.detach(|| guard(|| unsafe { compiled.call(&pointers) }))
+        let result = py.detach(|| {
+            guard(|| unsafe {
+                compiled.call(&pointers, host.as_ref().map(|h| h as &dyn HostCalls))
+            })
+        });
+        let raised = host.and_then(|h| {
+            h.raised
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
+        match (result, raised) {
+            (Err(err), Some(original)) => {
+                let note = err.value(py).to_string();
+                let _ = original.value(py).call_method1("add_note", (note,));
+                Err(original)
+            }
+            (result, _) => result,
+        }
+    }
+}
+
+/// A kernel's host calls run by a Python callable (`fxmlir.collectives`), with the GIL
+/// taken for each; the first exception it raises is kept for the caller to raise.
+struct PyHost {
+    handler: Py<PyAny>,
+    raised: Mutex<Option<PyErr>>,
+}
+
+impl HostCalls for PyHost {
+    fn call(&self, number: usize, source: usize, target: usize) -> Result<(), String> {
+        Python::attach(
+            |py| match self.handler.call1(py, (number, source, target)) {
+                Ok(_) => Ok(()),
+                Err(err) => {
+                    let message = err.to_string();
+                    *self.raised.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+                    Err(message)
+                }
+            },
+        )
     }
 }
 

@@ -14,7 +14,7 @@ fn run(g: &fxmlir::Graph, buffers: &mut [&mut [f32]]) {
         .map(|b| b.as_mut_ptr() as usize)
         .collect();
     // SAFETY: each buffer matches the graph's metadata.
-    unsafe { compiled.call(&pointers).expect("runs") };
+    unsafe { compiled.call(&pointers, None).expect("runs") };
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn call_checks_the_buffer_count() {
     let g = unary("count", "aten.neg.default", &[2], &[2]);
     let compiled = compile(&g, None, &Options::new(Target::host().unwrap())).unwrap();
     // SAFETY: the call is rejected before any pointer is used.
-    let err = unsafe { compiled.call(&[0]) }.unwrap_err();
+    let err = unsafe { compiled.call(&[0], None) }.unwrap_err();
     assert!(err.to_string().contains("takes 2 buffers"), "{err}");
 }
 
@@ -282,7 +282,7 @@ fn a_kernel_compiled_in_parts_matches_the_reference() {
             .map(|b| b.as_mut_ptr() as usize)
             .collect();
         // SAFETY: each buffer matches the graph's metadata.
-        unsafe { compiled.call(&pointers).expect("runs") };
+        unsafe { compiled.call(&pointers, None).expect("runs") };
         results.push(buffers.pop().unwrap());
     }
     std::fs::remove_dir_all(&dir).ok();
@@ -292,4 +292,162 @@ fn a_kernel_compiled_in_parts_matches_the_reference() {
     for (split, whole) in results[0].iter().zip(&results[1]) {
         assert!((split - whole).abs() < 1e-5, "{split} != {whole}");
     }
+}
+
+/// A host that runs each call as a two-rank collective whose other rank holds `other`'s
+/// values: `all_reduce` sums in place, `all_gather` writes both ranks' values; it records the
+/// calls.
+struct TwoRanks {
+    other: f32,
+    calls: std::sync::Mutex<Vec<(usize, bool)>>,
+}
+
+impl fxmlir::jit::host::HostCalls for TwoRanks {
+    fn call(&self, number: usize, source: usize, target: usize) -> Result<(), String> {
+        self.calls.lock().unwrap().push((number, source == target));
+        // SAFETY: the kernel passes its live buffers: the source holds 3 floats, the target
+        // 3 (in place) or 6 (the gather).
+        unsafe {
+            let input = std::slice::from_raw_parts(source as *const f32, 3).to_vec();
+            match number {
+                0 => {
+                    let out = std::slice::from_raw_parts_mut(target as *mut f32, 3);
+                    for (o, x) in out.iter_mut().zip(&input) {
+                        *o = x + self.other;
+                    }
+                }
+                _ => {
+                    let out = std::slice::from_raw_parts_mut(target as *mut f32, 6);
+                    out[..3].copy_from_slice(&input);
+                    out[3..].fill(self.other);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn collectives_call_the_host_in_graph_order() {
+    let collective = |name: &str, target: &str, input: &str, args: Vec<Arg>, names: &[&str]| {
+        let mut n = node(name, target, [vec![r(input)], args].concat(), vec![]);
+        n.arg_names = names.iter().map(|s| s.to_string()).collect();
+        n
+    };
+    let mut nodes = vec![
+        node(
+            "neg",
+            "aten.neg.default",
+            vec![r("x")],
+            vec![meta(&[3], DType::Float32)],
+        ),
+        collective(
+            "all_reduce",
+            "_c10d_functional.all_reduce.default",
+            "neg",
+            vec![Arg::Str("sum".into()), Arg::Str("0".into())],
+            &["input", "reduce_op", "group_name"],
+        ),
+        collective(
+            "wait",
+            "_c10d_functional.wait_tensor.default",
+            "all_reduce",
+            vec![],
+            &["tensor"],
+        ),
+        collective(
+            "all_gather",
+            "_c10d_functional.all_gather_into_tensor.default",
+            "wait",
+            vec![Arg::Int(2), Arg::Str("0".into())],
+            &["input", "group_size", "group_name"],
+        ),
+        node(
+            "double",
+            "aten.mul.Scalar",
+            vec![r("all_gather"), Arg::Int(2)],
+            vec![meta(&[6], DType::Float32)],
+        ),
+    ];
+    for n in &mut nodes[1..3] {
+        n.outputs = vec![meta(&[3], DType::Float32)];
+    }
+    nodes[3].outputs = vec![meta(&[6], DType::Float32)];
+    let g = graph(
+        "collectives",
+        vec![input("x", meta(&[3], DType::Float32))],
+        nodes,
+        &["double"],
+    );
+    let compiled = compile(&g, None, &Options::new(Target::host().unwrap())).expect("compiles");
+    assert_eq!(
+        compiled
+            .host_calls
+            .iter()
+            .map(|s| s.node.as_str())
+            .collect::<Vec<_>>(),
+        ["all_reduce", "all_gather"]
+    );
+    let mut x = [1.0f32, 2.0, 3.0];
+    let mut out = [0.0f32; 6];
+    let pointers = [x.as_mut_ptr() as usize, out.as_mut_ptr() as usize];
+    // Without a host the kernel is refused before it runs.
+    // SAFETY: the call is rejected before any pointer is used.
+    let refused = unsafe { compiled.call(&pointers, None) }.unwrap_err();
+    assert!(
+        refused.to_string().contains("only the Python call path"),
+        "{refused}"
+    );
+    let host = TwoRanks {
+        other: 10.0,
+        calls: Default::default(),
+    };
+    // SAFETY: the buffers match the graph's metadata.
+    unsafe { compiled.call(&pointers, Some(&host)) }.expect("runs");
+    // (-x + 10) gathered with 10s from the other rank, doubled.
+    assert_eq!(out, [18.0, 16.0, 14.0, 20.0, 20.0, 20.0]);
+    assert_eq!(*host.calls.lock().unwrap(), [(0, true), (1, false)]);
+}
+
+/// A host whose first call fails.
+struct Failing;
+
+impl fxmlir::jit::host::HostCalls for Failing {
+    fn call(&self, _: usize, _: usize, _: usize) -> Result<(), String> {
+        Err("connection reset".into())
+    }
+}
+
+#[test]
+fn a_failed_host_call_names_its_node() {
+    let mut n = node(
+        "all_reduce",
+        "_c10d_functional.all_reduce.default",
+        vec![r("x"), Arg::Str("sum".into()), Arg::Str("0".into())],
+        vec![meta(&[3], DType::Float32)],
+    );
+    n.arg_names = ["input", "reduce_op", "group_name"]
+        .map(String::from)
+        .to_vec();
+    n.source = Some(Source {
+        file: "train.py".into(),
+        line: 9,
+        code: None,
+    });
+    let g = graph(
+        "failing",
+        vec![input("x", meta(&[3], DType::Float32))],
+        vec![n],
+        &["all_reduce"],
+    );
+    let compiled = compile(&g, None, &Options::new(Target::host().unwrap())).expect("compiles");
+    let (mut x, mut out) = ([1.0f32; 3], [0.0f32; 3]);
+    let pointers = [x.as_mut_ptr() as usize, out.as_mut_ptr() as usize];
+    // SAFETY: the buffers match the graph's metadata.
+    let err = unsafe { compiled.call(&pointers, Some(&Failing)) }.unwrap_err();
+    assert!(matches!(err, Error::HostCall { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "node `all_reduce` (_c10d_functional.all_reduce.default) at train.py:9: connection reset"
+    );
 }

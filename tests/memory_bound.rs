@@ -28,7 +28,7 @@ fn the_memory_cache_keeps_the_most_recently_used_kernels() {
     let mut output = [0.0f32];
     let pointers = [input.as_ptr() as usize, output.as_mut_ptr() as usize];
     // SAFETY: one f32 in, one f32 out, as graph `bounded1` records.
-    unsafe { compiled[0].call(&pointers).expect("runs") };
+    unsafe { compiled[0].call(&pointers, None).expect("runs") };
     assert_eq!(output, [-2.0]);
     // Compiling it again compiles anew (it is not in memory), and evicts another.
     let again = compile(

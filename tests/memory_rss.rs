@@ -44,7 +44,7 @@ fn many_compiles_and_calls_keep_memory_bounded() {
     let pointers = [input.as_ptr() as usize, output.as_mut_ptr() as usize];
     for _ in 0..10_000 {
         // SAFETY: four f32 in, four out, as graph `rss4` records.
-        unsafe { kernel.call(&pointers).expect("runs") };
+        unsafe { kernel.call(&pointers, None).expect("runs") };
     }
     let after_calls = rss_mib();
     println!(

@@ -70,9 +70,16 @@ fn registry_builds_and_covers_the_spine() {
     let missing: Vec<&&str> = REQUIRED.iter().filter(|op| !names.contains(**op)).collect();
     assert!(missing.is_empty(), "missing lowerings: {missing:?}");
     for (op, family) in &ops {
-        // ATen and prims overloads, fxmlir's own ops (`fxmlir.mm_pairs`) and custom ops of
-        // the libraries models come from (`transformers.grouped_mm_fallback`).
-        let namespaced = ["aten.", "prims.", "fxmlir.", "transformers."];
+        // ATen and prims overloads, PyTorch's functional collectives, fxmlir's own ops
+        // (`fxmlir.mm_pairs`) and custom ops of the libraries models come from
+        // (`transformers.grouped_mm_fallback`).
+        let namespaced = [
+            "aten.",
+            "prims.",
+            "_c10d_functional.",
+            "fxmlir.",
+            "transformers.",
+        ];
         assert!(namespaced.iter().any(|n| op.starts_with(n)), "{op}");
         assert!(!family.is_empty());
     }

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import operator
+import os
 import re
 from typing import Any, TypeVar
 
@@ -42,21 +43,27 @@ DTYPES = {
 _TRACE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
+#: Frames in PyTorch's own package are not the user's (``F.embedding``'s body, the functional
+#: collectives' wrappers): a node's source is the innermost frame outside it, when there is one.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
 def source_of(node: torch.fx.Node) -> dict[str, Any] | None:
     """The innermost user frame of a node's stack trace: ``{"file", "line", "code"}``."""
     trace = node.meta.get("stack_trace")
     if not trace:
         return None
     lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = _TRACE_LINE.search(lines[i])
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            out: dict[str, Any] = {"file": m.group(1), "line": int(m.group(2))}
-            if code:
-                out["code"] = code
-            return out
-    return None
+    frames = [(i, m) for i, line in enumerate(lines) if (m := _TRACE_LINE.search(line))]
+    if not frames:
+        return None
+    users = [(i, m) for i, m in frames if not m.group(1).startswith(_TORCH_DIR)]
+    i, m = (users or frames)[-1]
+    code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+    out: dict[str, Any] = {"file": m.group(1), "line": int(m.group(2))}
+    if code:
+        out["code"] = code
+    return out
 
 
 def source_line(node: torch.fx.Node) -> str | None:

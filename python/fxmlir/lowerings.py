@@ -40,7 +40,7 @@ import torch
 import torch.fx
 
 # interchange imports this module: its functions are looked up when called.
-from . import _fxmlir, interchange
+from . import _fxmlir, collectives, interchange
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,11 +192,17 @@ def mlir_for(row: Lowering, node: torch.fx.Node, inputs: list[str], outputs: lis
     return text
 
 
+#: The nodes some of fxmlir's own rows take (all, for the others).
+_SUPPORTS: dict[str, Callable[[torch.fx.Node], bool]] = {
+    collectives.WAIT: collectives.waits_on_compiled,
+}
+
+
 def add_fxmlirs_own() -> None:
     """Adds fxmlir's own rows, one for each op of the Rust registry, beneath any registered
     row: done on import, and again to undo ``unregister(op, origin="fxmlir")``."""
     for op, _family in _fxmlir.supported_ops():
-        _add(Lowering(op, None, None, FXMLIR))
+        _add(Lowering(op, None, _SUPPORTS.get(op), FXMLIR))
 
 
 add_fxmlirs_own()

@@ -104,6 +104,9 @@ def _reason(node: torch.fx.Node) -> str | None:
         return None
     if _is_random(node):
         return "random op: runs eagerly so it draws from PyTorch's generator"
+    if lowerings.rows(node.target):
+        origins = ", ".join(sorted({row.origin for row in lowerings.rows(node.target)}))
+        return f"its lowerings ({origins}) do not take this node"
     return "no lowering is registered"
 
 

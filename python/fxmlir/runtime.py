@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import _fxmlir
+from . import _fxmlir, collectives
 from ._fxmlir import CallError
 from .interchange import DTYPES, Plan
 
@@ -126,6 +126,12 @@ class CompiledGraph:
         self.pick: Callable[[Sequence[Any]], Sequence[Any]] = (
             operator.itemgetter(*picks) if len(picks) > 1 else lambda args: [args[i] for i in picks]
         )
+        #: What runs the kernel's collectives (its calls back into Python), if it has any.
+        self.host = (
+            collectives.HostCalls(doc, kernel.host_calls)
+            if kernel is not None and kernel.host_calls
+            else None
+        )
         #: Dynamo's C++ tensor check, built from the last arguments that passed the checks in
         #: Python (see :meth:`_checked`), and how many times it was built.
         self.guard: Any = None
@@ -162,7 +168,7 @@ class CompiledGraph:
             pointers = list(map(torch.Tensor.data_ptr, values))
             results = [allocate() for allocate in self.allocators]
             pointers.extend(t.data_ptr() for t in results)
-            self.kernel.run(pointers)
+            self.kernel.run(pointers, self.host)
         return self._outputs(args, results)
 
     def _outputs(self, args: Sequence[Any], results: list[Any]) -> list[Any]:

@@ -236,6 +236,19 @@ class Row:
     #: Why eager runs on half-precision inputs widened to float64, its result rounded back to
     #: their dtype (None: eager runs on the inputs as given).
     widened: str | None = None
+    #: Ops the samples' graphs call beside the row's own, and why (a collective's
+    #: ``wait_tensor``); None: the row's op only.
+    companions: tuple[tuple[str, ...], str] | None = None
+
+
+def one_rank_group() -> str:
+    """The name of this process's default process group, made on first use: one rank (gloo,
+    an in-memory store), so that collectives run in a test process. Never torn down."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return dist.group.WORLD.group_name
 
 
 def overload(name: str) -> torch._ops.OpOverload:
@@ -268,7 +281,8 @@ def build_graph(row: Row, sample: Sample) -> torch.fx.GraphModule:
         mode = FakeTensorMode()
         FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(x) for x in sample.inputs])
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-    others = {str(t) for t in targets if t is not op and t is not operator.getitem}
+    allowed = set(row.companions[0]) if row.companions else set()
+    others = {str(t) for t in targets if t is not op and t is not operator.getitem} - allowed
     assert op in targets, f"the traced graph does not call {row.op}:\n{gm.graph}"
     assert not others, f"the traced graph calls {sorted(others)} besides {row.op}:\n{gm.graph}"
     return gm

@@ -44,6 +44,7 @@ from op_harness import (
     i64,
     merge,
     mk,
+    one_rank_group,
     reseed,
     sliced,
     specials,
@@ -989,6 +990,35 @@ def bmm_samples(dt):
             ),
         ]
     return out
+
+
+WAIT = "_c10d_functional.wait_tensor.default"
+
+
+def collective_samples(args):
+    """A functional collective on this process's one-rank group, waited on: a contiguous and a
+    transposed input, and a size-0 one. ``args(x)``: the op's arguments between the input and
+    the group."""
+
+    def samples(dt):
+        group = one_rank_group()
+        wait = torch.ops._c10d_functional.wait_tensor.default
+        call = lambda op, x: wait(op(x, *args(x), group))  # noqa: E731
+        return [
+            S("4x6", [mk([4, 6], dt)], call),
+            S("transposed", [transposed([6, 4], dt)], call),
+            S("empty", [mk([0, 3], dt)], call),
+        ]
+
+    return samples
+
+
+def wait_samples(dt):
+    """``wait_tensor`` on an all-reduce of the graph: the identity once the collective ran."""
+    group = one_rank_group()
+    reduce = torch.ops._c10d_functional.all_reduce.default
+    call = lambda op, x: op(reduce(x, "sum", group))  # noqa: E731
+    return [S("after all_reduce", [mk([3, 5], dt)], call)]
 
 
 def mm_pairs_samples(dt):
@@ -3242,6 +3272,30 @@ ROWS: list[Row] = [
     # f32 sums of exact products, in another order (pairs, then blocks) than eager's.
     Row("fxmlir.mm_pairs.default", (bf16,), mm_pairs_samples, tol={f32: (1e-3, 1e-4)}),
     Row("fxmlir.conv_pairs.default", (bf16,), conv_pairs_samples, tol={f32: (1e-3, 1e-4)}),
+    # ---- collectives (one rank: the kernel's calls into c10d, on every dtype gloo takes) ----
+    *[
+        Row(
+            f"_c10d_functional.{op}.default",
+            ALL,
+            collective_samples(args),
+            tol=EXACT,
+            companions=((WAIT,), "a collective's result is read after its wait"),
+        )
+        for op, args in [
+            ("all_reduce", lambda x: ("sum",)),
+            ("broadcast", lambda x: (0,)),
+            ("all_gather_into_tensor", lambda x: (1,)),
+            ("reduce_scatter_tensor", lambda x: ("sum", 1)),
+            ("all_to_all_single", lambda x: ([x.shape[0]], [x.shape[0]])),
+        ]
+    ],
+    Row(
+        WAIT,
+        ALL,
+        wait_samples,
+        tol=EXACT,
+        companions=(("_c10d_functional.all_reduce.default",), "it waits on a collective"),
+    ),
     # ---- reductions ----
     Row("aten.sum.default", ALL, reduce_samples("all"), tol=CLOSE, mixed=sum_mixed),
     Row("aten.sum.dim_IntList", ALL, reduce_samples("list"), tol=CLOSE, mixed=sum_dim_mixed),

@@ -382,12 +382,12 @@ fn run_random(
     }
     let start = Instant::now();
     // SAFETY: every buffer was sized from the compiled graph's own metadata.
-    unsafe { compiled.call(&pointers)? };
+    unsafe { compiled.call(&pointers, None)? };
     let first = start.elapsed();
     let start = Instant::now();
     for _ in 0..repeat {
         // SAFETY: as above.
-        unsafe { compiled.call(&pointers)? };
+        unsafe { compiled.call(&pointers, None)? };
     }
     println!("first call {:.3} ms", first.as_secs_f64() * 1e3);
     if repeat > 0 {

@@ -8,6 +8,7 @@
 
 mod abi;
 pub(crate) mod alloc;
+pub mod host;
 mod openmp;
 mod perfmap;
 mod split;

@@ -111,6 +111,7 @@ pub fn lookup(symbol: &str) -> Option<usize> {
         "__truncsfbf2" => Some(truncate_to_bf16 as *const c_void as usize),
         "malloc" => Some(super::alloc::malloc as *const c_void as usize),
         "free" => Some(super::alloc::free as *const c_void as usize),
+        crate::lower::HOST_CALL => Some(super::host::host_call as *const c_void as usize),
         _ => None,
     }
 }

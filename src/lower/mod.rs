@@ -2,6 +2,7 @@
 //! overload to its lowering; each op family registers its rows from its own file.
 
 mod attention;
+mod collectives;
 mod conv;
 mod creation;
 mod data_movement;
@@ -33,8 +34,8 @@ use melior::{
     ir::{
         Attribute, Block, BlockLike, Identifier, Location, Module, Region, RegionLike, Type, Value,
         ValueLike,
-        attribute::{StringAttribute, TypeAttribute},
-        operation::{OperationLike, OperationMutLike},
+        attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute},
+        operation::{Operation, OperationLike, OperationMutLike},
         r#type::FunctionType,
     },
 };
@@ -55,6 +56,9 @@ pub struct Lowering {
     /// What the lowering checks at run time (indices, divisors), reporting a failure through
     /// the status buffer ([`LowerCtx::report`]), for the nodes it applies to.
     pub checked: Option<Checked>,
+    /// Whether the kernel calls back into its host to run the node ([`LowerCtx::call_host`]):
+    /// a collective runs in PyTorch's c10d.
+    pub calls_host: bool,
 }
 
 /// A row's run-time check, and the nodes it applies to (say, integer divisions only).
@@ -85,7 +89,7 @@ impl Registry {
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), None, None);
+        self.insert(op, Box::new(lower), None, None, false);
     }
 
     /// A row whose lowering checks runtime values ([`LowerCtx::report`]) of the nodes
@@ -97,7 +101,7 @@ impl Registry {
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), None, Some(checked));
+        self.insert(op, Box::new(lower), None, Some(checked), false);
     }
 
     /// A row whose node becomes `whole`'s op of fxmlir's dialect, `lower` writing its
@@ -109,7 +113,19 @@ impl Registry {
             + Sync
             + 'static,
     {
-        self.insert(op, Box::new(lower), Some(whole), None);
+        self.insert(op, Box::new(lower), Some(whole), None, false);
+    }
+
+    /// A row lowered whole (see [`Registry::add_whole`]) whose decomposition calls back into
+    /// the kernel's host ([`LowerCtx::call_host`]).
+    pub fn add_host<F>(&mut self, op: &'static str, whole: Whole, lower: F)
+    where
+        F: for<'c, 'a> Fn(&mut LowerCtx<'c, 'a>, &Node) -> Result<Vec<Value<'c, 'a>>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.insert(op, Box::new(lower), Some(whole), None, true);
     }
 
     fn insert(
@@ -118,12 +134,14 @@ impl Registry {
         lower: Box<LowerFn>,
         whole: Option<Whole>,
         checked: Option<Checked>,
+        calls_host: bool,
     ) {
         let row = Lowering {
             family: self.family,
             lower,
             whole,
             checked,
+            calls_host,
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -132,7 +150,7 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
-        let families: [(&'static str, Register); 13] = [
+        let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
             ("linear", linear::register),
@@ -146,6 +164,7 @@ impl Registry {
             ("pooling", pooling::register),
             ("resize", resize::register),
             ("sampling", sampling::register),
+            ("collectives", collectives::register),
         ];
         for (family, register) in families {
             r.family = family;
@@ -228,6 +247,9 @@ pub struct LowerCtx<'c, 'a> {
     /// checked nodes (see [`checked_nodes`]), and the code of the node being lowered.
     status: Option<Value<'c, 'a>>,
     check_code: i64,
+    /// The host call number of the node being lowered, when its row calls the host (see
+    /// [`host_calls`]).
+    host_slot: Option<i64>,
 }
 
 impl<'c, 'a> LowerCtx<'c, 'a> {
@@ -332,6 +354,50 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             &[],
         )?;
         self.report(any)
+    }
+
+    /// Has the kernel's host run the current node (its row is [`Registry::add_host`]'s):
+    /// appends `call @fxmlir_host_call(number, source, target)` with the aligned addresses of
+    /// the buffers `source` and `target` (identity-layout memrefs).
+    pub fn call_host(&self, source: Value<'c, 'a>, target: Value<'c, 'a>) -> Result<()> {
+        let Some(slot) = self.host_slot else {
+            return fail("the node's row does not call the host".to_string());
+        };
+        let e = &self.e;
+        let i64_type = e.elem_type(DType::Int64)?;
+        let address = |buffer: Value<'c, 'a>| -> Result<Value<'c, 'a>> {
+            let index = e.op1(
+                "memref.extract_aligned_pointer_as_index",
+                &[buffer],
+                e.ty("index")?,
+                &[],
+            )?;
+            e.op1("arith.index_cast", &[index], i64_type, &[])
+        };
+        let operands = [
+            e.constant(Scalar::Int(slot), DType::Int64)?,
+            address(source)?,
+            address(target)?,
+        ];
+        e.op(
+            "func.call",
+            &operands,
+            &[],
+            &[(
+                "callee",
+                FlatSymbolRefAttribute::new(e.context, HOST_CALL).into(),
+            )],
+        )?;
+        Ok(())
+    }
+
+    /// The node that computes argument `index` of `node`, when a node of the graph does (not
+    /// an input or a constant).
+    pub fn producer(&self, node: &Node, index: usize) -> Option<&'a Node> {
+        let Some(Arg::Ref(r)) = node.args.get(index) else {
+            return None;
+        };
+        self.graph.nodes.iter().find(|n| n.name == r.node)
     }
 
     /// The value `r` names.
@@ -630,6 +696,45 @@ pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Check)>> {
         .collect())
 }
 
+/// The nodes whose kernel code calls back into the host to run them (a collective runs in
+/// PyTorch's c10d), in order: the host call number `k` (from 0) names the `k`-th.
+pub fn host_calls(graph: &Graph) -> Result<Vec<NodeSite>> {
+    let registry = Registry::global()?;
+    Ok(graph
+        .nodes
+        .iter()
+        .filter(|n| n.lowering.is_none())
+        .filter(|n| registry.get(&n.target).is_some_and(|l| l.calls_host))
+        .map(Node::site)
+        .collect())
+}
+
+/// The function a kernel calls to have its host run a node:
+/// `@fxmlir_host_call(call number, source buffer address, target buffer address)`, resolved
+/// by the JIT to [`crate::jit::host`]'s handler.
+pub const HOST_CALL: &str = "fxmlir_host_call";
+
+/// `func.func private @fxmlir_host_call(i64, i64, i64)`.
+fn host_call_declaration<'c>(
+    context: &'c Context,
+    location: Location<'c>,
+) -> Result<Operation<'c>> {
+    let i64_type = Type::parse(context, "i64")
+        .ok_or_else(|| lowering_error("cannot parse i64".to_string()))?;
+    let function = func::func(
+        context,
+        StringAttribute::new(context, HOST_CALL),
+        TypeAttribute::new(FunctionType::new(context, &[i64_type; 3], &[]).into()),
+        Region::new(),
+        &[(
+            Identifier::new(context, "sym_visibility"),
+            StringAttribute::new(context, "private").into(),
+        )],
+        location,
+    );
+    Ok(function)
+}
+
 /// Lowers a validated graph to a module holding `func.func @<graph.name>`, whose arguments are
 /// the inputs' memrefs (with their strides), one memref per output, written in place, and,
 /// with `checks` and a graph that has checked nodes ([`checked_nodes`]), the status buffer
@@ -679,6 +784,7 @@ pub fn lower_graph<'c>(
     if !checked.is_empty() {
         arg_types.push(parse("memref<1xi64>")?);
     }
+    let host = host_calls(graph)?;
 
     let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
     // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, in
@@ -707,6 +813,7 @@ pub fn lower_graph<'c>(
             decompositions: Vec::new(),
             status: None,
             check_code: 0,
+            host_slot: None,
         };
         if !checked.is_empty() {
             let status = block
@@ -757,6 +864,10 @@ pub fn lower_graph<'c>(
                 .iter()
                 .position(|n| *n == node.name)
                 .map_or(0, |k| k as i64 + 1);
+            ctx.host_slot = host
+                .iter()
+                .position(|site| site.node == node.name)
+                .map(|k| k as i64);
             let results = match &node.lowering {
                 Some(given) => whole::external(&mut ctx, node, given),
                 None => {
@@ -839,6 +950,11 @@ pub fn lower_graph<'c>(
     module.body().append_operation(function);
     for decomposition in whole::functions(context, decompositions, bodies) {
         module.body().append_operation(decomposition);
+    }
+    if !host.is_empty() {
+        module
+            .body()
+            .append_operation(host_call_declaration(context, func_loc)?);
     }
     let mut module = module;
     set_target(context, &mut module, target);

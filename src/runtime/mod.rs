@@ -9,7 +9,10 @@ use crate::context::Dialect;
 use crate::dumps::Dumps;
 use crate::error::{Check, Error, NodeSite, Result};
 use crate::graph::{Graph, TensorMeta};
-use crate::jit::{self, Descriptors, Kernel};
+use crate::jit::{
+    self, Descriptors, Kernel,
+    host::{self, HostCalls},
+};
 use crate::pipeline::{self, Hook, StageEdit};
 use crate::target::Target;
 use std::path::PathBuf;
@@ -148,6 +151,9 @@ pub struct CompiledGraph {
     /// The nodes whose checks the kernel reports (the status buffer's codes, from 1), and
     /// what PyTorch raises for each; empty when it has none.
     checks: Vec<(NodeSite, Check)>,
+    /// The nodes the kernel has its host run ([`crate::lower::host_calls`]), by host call
+    /// number.
+    pub host_calls: Vec<NodeSite>,
 }
 
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
@@ -221,6 +227,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
             .map(|m| (m.shape.as_slice(), m.strides.as_slice()))
             .chain((!checks.is_empty()).then_some(status)),
     );
+    let host_calls = crate::lower::host_calls(graph)?;
     tracing::info!(
         graph = graph.name.as_str(),
         source = source.as_str(),
@@ -238,6 +245,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         kernel,
         descriptors,
         checks,
+        host_calls,
     })
 }
 
@@ -510,7 +518,11 @@ impl CompiledGraph {
     /// A failed runtime check (an index out of range, an integer division by zero) is
     /// [`Error::Checked`] naming the node,
     /// after the call (the kernel never reads or writes out of bounds).
-    pub unsafe fn call(&self, pointers: &[usize]) -> Result<()> {
+    ///
+    /// `host` runs the kernel's host calls (its collectives, [`Self::host_calls`]); a kernel
+    /// that has some cannot run without it, and a host call that fails is
+    /// [`Error::HostCall`] naming its node.
+    pub unsafe fn call(&self, pointers: &[usize], host: Option<&dyn HostCalls>) -> Result<()> {
         let buffers = self.inputs.len() + self.outputs.len();
         if pointers.len() != buffers {
             return Err(Error::Call(format!(
@@ -519,6 +531,13 @@ impl CompiledGraph {
                 self.inputs.len(),
                 self.outputs.len(),
                 pointers.len()
+            )));
+        }
+        if let (Some(first), None) = (self.host_calls.first(), host) {
+            return Err(Error::Call(format!(
+                "graph `{}` runs collectives in PyTorch's c10d ({first}), which only the \
+                 Python call path can do",
+                self.name
             )));
         }
         let mut status = [0i64];
@@ -530,7 +549,17 @@ impl CompiledGraph {
         // SAFETY: the caller guarantees the buffers (the status buffer is this frame's);
         // `argv` points to one live descriptor (in `_words`, alive until the end of the call)
         // per memref argument, in order.
-        unsafe { (self.kernel.entry())(argv.as_mut_ptr()) };
+        let ((), failed) =
+            host::scoped(host, || unsafe { (self.kernel.entry())(argv.as_mut_ptr()) });
+        if let Some((number, message)) = failed {
+            let site = self.host_calls.get(number).cloned().ok_or_else(|| {
+                Error::Call(format!(
+                    "graph `{}`: unknown host call {number}: {message}",
+                    self.name
+                ))
+            })?;
+            return Err(Error::HostCall { site, message });
+        }
         match usize::try_from(status[0])
             .ok()
             .and_then(|code| code.checked_sub(1))

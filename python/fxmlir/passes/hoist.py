@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from .. import collectives
+
 log = logging.getLogger("fxmlir")
 
 
@@ -58,7 +60,11 @@ def _pure(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
     schema = target._schema
-    return not schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
+    return (
+        not schema.is_mutable
+        and torch.Tag.nondeterministic_seeded not in target.tags
+        and not collectives.is_collective(target)
+    )
 
 
 def _aliasing(node: torch.fx.Node) -> bool:

@@ -338,7 +338,7 @@ mod tests {
                 out.as_mut_ptr() as usize,
             ];
             // SAFETY: the buffers match the graph's shapes, strides and dtype.
-            unsafe { compiled.call(&pointers).expect("runs") };
+            unsafe { compiled.call(&pointers, None).expect("runs") };
             out
         } else {
             let mut a: Vec<f32> = a.iter().map(|&v| v as f32).collect();
@@ -350,7 +350,7 @@ mod tests {
                 out.as_mut_ptr() as usize,
             ];
             // SAFETY: as above.
-            unsafe { compiled.call(&pointers).expect("runs") };
+            unsafe { compiled.call(&pointers, None).expect("runs") };
             out.into_iter().map(f64::from).collect()
         };
         let scale = expected.iter().fold(1f64, |acc, v| acc.max(v.abs()));
