@@ -141,4 +141,14 @@ irdl.dialect @fxmlir {
       "group_name" = %group_name
     }
   }
+
+  // A symbolic size (`128*s0`, over the graph's size symbols) while a graph with symbolic
+  // sizes is lowered: the lowering replaces each with its value, computed from the kernel's
+  // arguments, before the module is written, so no dump holds one.
+  irdl.operation @size {
+    %size = irdl.base "#builtin.string"
+    %index = irdl.is index
+    irdl.results(value: %index)
+    irdl.attributes {"size" = %size}
+  }
 }

@@ -5,6 +5,7 @@
 use crate::context::Dialect;
 use crate::error::Error;
 use crate::error::Raised;
+use crate::graph::dims;
 use crate::jit::host::HostCalls;
 use crate::native::Kind;
 use crate::pipeline::{Placement, Stage, StageEdit, StageParts};
@@ -172,15 +173,53 @@ impl Kernel {
         self.compiled.inputs.len() + self.compiled.outputs.len()
     }
 
-    /// Bytes each output spans, as laid out (what `output_buffer` allocates; 0 if empty).
+    /// Bytes each output spans, as laid out (what `output_buffer` allocates; 0 if empty, or
+    /// if its size is symbolic).
     #[getter]
     fn output_bytes(&self) -> PyResult<Vec<usize>> {
         guard(|| {
             self.compiled
                 .outputs
                 .iter()
-                .map(dlpack::extent_bytes)
+                .map(|m| {
+                    match m
+                        .shape
+                        .iter()
+                        .chain(&m.strides)
+                        .any(|&d| dims::is_symbolic(d))
+                    {
+                        true => Ok(0),
+                        false => dlpack::extent_bytes(m),
+                    }
+                })
                 .collect()
+        })
+    }
+
+    /// The size symbols of a kernel compiled for every size in their ranges, in the order
+    /// `run`'s `sizes` gives their values; empty for fixed sizes.
+    #[getter]
+    fn symbols(&self) -> Vec<String> {
+        self.compiled
+            .symbols
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// The inputs' and outputs' `(shape, strides)` for `sizes`, the values of `symbols`; a
+    /// `CallError` names a value outside its symbol's range.
+    #[allow(clippy::type_complexity)]
+    fn sized(
+        &self,
+        sizes: Vec<i64>,
+    ) -> PyResult<(Vec<(Vec<i64>, Vec<i64>)>, Vec<(Vec<i64>, Vec<i64>)>)> {
+        guard(|| {
+            let (inputs, outputs) = self.compiled.sized(&sizes)?;
+            let pairs = |metas: Vec<crate::graph::TensorMeta>| {
+                metas.into_iter().map(|m| (m.shape, m.strides)).collect()
+            };
+            Ok((pairs(inputs), pairs(outputs)))
         })
     }
 
@@ -220,8 +259,15 @@ impl Kernel {
     /// compiled shapes, strides and dtypes and allocated the outputs. `host(number, source,
     /// target)` runs the kernel's host calls (`host_calls`) on the buffers at the addresses
     /// given; an exception it raises is raised here, with a note naming the node.
-    #[pyo3(signature = (pointers, host = None))]
-    fn run(&self, py: Python<'_>, pointers: Vec<usize>, host: Option<Py<PyAny>>) -> PyResult<()> {
+    /// For a kernel with size symbols, `sizes` are their values (see `sized`).
+    #[pyo3(signature = (pointers, host = None, sizes = Vec::new()))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        pointers: Vec<usize>,
+        host: Option<Py<PyAny>>,
+        sizes: Vec<i64>,
+    ) -> PyResult<()> {
         let compiled = &self.compiled;
         let host = host.map(|handler| PyHost {
             handler,
@@ -231,7 +277,11 @@ impl Kernel {
         // passing its data pointer, and keeps the tensors alive across this call.
         let result = py.detach(|| {
             guard(|| unsafe {
-                compiled.call(&pointers, host.as_ref().map(|h| h as &dyn HostCalls))
+                compiled.call_with_sizes(
+                    &pointers,
+                    &sizes,
+                    host.as_ref().map(|h| h as &dyn HostCalls),
+                )
             })
         });
         let raised = host.and_then(|h| {
@@ -431,6 +481,18 @@ fn supported_ops() -> PyResult<Vec<(String, String)>> {
         Ok(crate::supported_ops()?
             .into_iter()
             .map(|(op, family)| (op.to_string(), family.to_string()))
+            .collect())
+    })
+}
+
+/// The ops whose lowerings take symbolic sizes: a graph of these only compiles once for
+/// every size its symbols take.
+#[pyfunction]
+fn dynamic_ops() -> PyResult<Vec<String>> {
+    guard(|| {
+        Ok(crate::lower::Registry::global()?
+            .dynamic_ops()
+            .map(str::to_string)
             .collect())
     })
 }
@@ -706,6 +768,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(dynamic_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(target_info, m)?)?;
     m.add_function(wrap_pyfunction!(check_extensions, m)?)?;

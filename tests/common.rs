@@ -59,6 +59,7 @@ pub fn graph(name: &str, inputs: Vec<Input>, nodes: Vec<Node>, outputs: &[&str])
                 index: 0,
             })
             .collect(),
+        symbols: vec![],
     }
 }
 

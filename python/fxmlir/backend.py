@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -116,6 +117,10 @@ def _decompositions(whole: frozenset[str]) -> dict[Any, Callable]:
 #: second call; beyond, its sizes change from call to call and compile in the background.
 STABLE_SIZES = 2
 
+#: Calls of one set of sizes after which a graph with a kernel for every size compiles one
+#: for those sizes alone (see ``config.specializations``).
+HOT_CALLS = 3
+
 
 class GraphCompiler:
     """Compiles one functional ATen graph. Static graphs compile at once, or with
@@ -151,7 +156,11 @@ class GraphCompiler:
         self.static: runtime.CompiledGraph | None = None
         #: The plan and the function that waits for its kernel, while it compiles.
         self.pending: tuple[interchange.Plan, Callable[[], Any]] | None = None
+        #: The kernel for every size, for a graph with symbolic sizes that has one.
+        self.symbolic: runtime.CompiledGraph | None = None
         if self.dynamic:
+            if config.symbolic:
+                self.symbolic = self._compile_symbolic()
             return
         plan = interchange.export(gm, self.name, {})
         finish = self._start(plan, background)
@@ -159,6 +168,35 @@ class GraphCompiler:
             self.pending = (plan, finish)
         else:
             self.static = self._record(plan, *finish())
+
+    def _compile_symbolic(self) -> runtime.CompiledGraph | None:
+        """The graph compiled once for every size its symbols take, if every op of it takes
+        symbolic sizes and every size is a polynomial over symbols that are sizes of its
+        inputs; else None (it compiles per size), with the reason logged."""
+        dynamic = frozenset(_fxmlir.dynamic_ops())
+        others = sorted(
+            {
+                str(n.target)
+                for n in self.gm.graph.nodes
+                if n.op == "call_function"
+                # Size arithmetic is evaluated by the export, getitem read off its source.
+                and not isinstance(n.meta.get("val"), (int, torch.SymInt))
+                and n.target is not operator.getitem
+            }
+            - dynamic
+        )
+        if others:
+            log.info(
+                "%s compiles per size: %s take no symbolic sizes", self.name, ", ".join(others)
+            )
+            return None
+        try:
+            with plugins.restored(self.plugins):
+                plan = interchange.export(self.gm, self.name, interchange.Symbolic())
+            return self._record(plan, *self._start(plan, False)())
+        except _fxmlir.FxmlirError as e:
+            log.info("%s compiles per size: %s", self.name, str(e).splitlines()[0])
+            return None
 
     def _start(
         self, plan: interchange.Plan, background: bool, low_priority: bool = False
@@ -242,7 +280,9 @@ class GraphCompiler:
             )
 
     def _dynamic(self, args: list[Any]) -> list[Any]:
-        """A call of a graph with symbolic sizes. Without ``background``, new sizes compile
+        """A call of a graph with symbolic sizes. With a kernel for every size
+        (``self.symbolic``), that kernel runs it, unless its sizes have a kernel of their own
+        (see :meth:`_hot`). Otherwise, without ``background``, new sizes compile
         before their first call runs. With it, a size's first call runs eagerly (the ATen
         graph, in PyTorch), and its second call compiles it, unless the graph has been called
         with more than ``STABLE_SIZES`` sizes: then the sizes change from call to call (a
@@ -254,6 +294,9 @@ class GraphCompiler:
         key = tuple(sorted((str(k), v) for k, v in bindings.items()))
         self._collect()
         compiled = self.specialized.get(key)
+        if compiled is None and self.symbolic is not None:
+            self._hot(key, bindings)
+            return self.symbolic(args)
         if compiled is None and key not in self.failed:
             self.seen[key] += 1
             if not self.defer or (self.seen[key] > 1 and len(self.seen) <= STABLE_SIZES):
@@ -266,6 +309,25 @@ class GraphCompiler:
         out = self.gm(*args)
         # As the compiled graph returns them: a list, even of one output.
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def _hot(self, key: tuple, bindings: dict[Any, int]) -> None:
+        """Counts a call of sizes the kernel for every size serves; the ``HOT_CALLS``-th call
+        of sizes starts their own kernel's compile (on a thread of its own with
+        ``background``), for at most ``config.specializations`` sizes."""
+        self.seen[key] += 1
+        started = len(self.specialized) + len(self.queued) + (self.compiling is not None)
+        if self.seen[key] != HOT_CALLS or key in self.failed:
+            return
+        if started >= config.specializations:
+            return
+        if self.defer:
+            self.queued[key] = bindings
+            self._advance()
+            return
+        try:
+            self._specialize(key, bindings, background=False)
+        except _fxmlir.FxmlirError as e:
+            self._give_up(key, e)
 
     def _specialize(
         self, key: tuple, bindings: dict[Any, int], background: bool

@@ -123,6 +123,23 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_WIDEN", "1") != "0"
     )
 
+    #: Compile a graph with symbolic sizes (``torch.compile(dynamic=True)``, ``mark_dynamic``,
+    #: Dynamo's automatic dynamic shapes) once, into a kernel that serves every size its
+    #: symbols take, when every op of it takes symbolic sizes (``_fxmlir.dynamic_ops()``);
+    #: other graphs compile per size (``FXMLIR_SYMBOLIC``; ``0`` turns it off).
+    symbolic: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_SYMBOLIC", "1") != "0"
+    )
+
+    #: How many sizes of a graph with a kernel for every size (``symbolic``) also get a kernel
+    #: of their own, compiled for that size alone (parallel loops, tiled products): the first
+    #: sizes called ``HOT_CALLS`` times, compiled on a thread of their own (with
+    #: ``background``) while the kernel for every size serves their calls
+    #: (``FXMLIR_SPECIALIZATIONS``; ``0``: none).
+    specializations: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("FXMLIR_SPECIALIZATIONS", "1"))
+    )
+
     #: Compile a whole graph's kernel on a thread of its own while Dynamo finishes (guards, the
     #: frame's bytecode) and the first call starts; the first call waits for it. A compile
     #: that fails there falls back to partitions as at compile time. Off with

@@ -102,10 +102,51 @@ def target_name(node: torch.fx.Node) -> str:
     return getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
 
 
-def evaluate(value: Any, bindings: dict[Any, int]) -> int:
-    """A concrete int from an int or SymInt under ``bindings`` (symbol → value)."""
+class Symbolic(dict):
+    """Bindings that keep sizes symbolic: :func:`evaluate` writes a size that depends on
+    Dynamo's size symbols as the text of a polynomial over them (``"128*s0"``), recording
+    each symbol's range (``ranges``: name → (min, max)), for a kernel that serves every size.
+    A size that is no polynomial with integer coefficients (a floor division) raises
+    ``UnsupportedOpError``: such a graph compiles per size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ranges: dict[str, tuple[int, int]] = {}
+
+    def text(self, value: torch.SymInt) -> str:
+        import sympy
+        from torch.utils._sympy.numbers import int_oo
+
+        expr = sympy.expand(value.node.expr)
+        symbols = sorted(expr.free_symbols, key=str)
+        if not expr.is_polynomial(*symbols) or not all(
+            c.is_Integer for c in sympy.Poly(expr, *symbols).coeffs()
+        ):
+            raise UnsupportedOpError(
+                f"the symbolic size {value.node.expr} is not a polynomial with integer coefficients"
+            )
+        ranges = value.node.shape_env.var_to_range
+        for symbol in symbols:
+            known = ranges.get(symbol)
+            low = int(known.lower) if known is not None else 0
+            high = known.upper if known is not None else int_oo
+            self.ranges[str(symbol)] = (max(low, 0), MAX_SIZE if high == int_oo else int(high))
+        return str(expr)
+
+
+#: The largest value a size symbol's range says (Dynamo's ``int_oo``).
+MAX_SIZE = 2**63 - 1
+
+
+def evaluate(value: Any, bindings: dict[Any, int]) -> int | str:
+    """A concrete int from an int or SymInt under ``bindings`` (symbol → value); with
+    :class:`Symbolic` bindings, a symbolic size's text."""
     if isinstance(value, int):
         return value
+    if isinstance(bindings, Symbolic) and isinstance(value, torch.SymInt):
+        if value.node.expr.free_symbols:
+            return bindings.text(value)
+        return int(value.node.expr)
     if isinstance(value, torch.SymInt):
         expr = value.node.expr
         result = expr.xreplace(bindings) if bindings else expr
@@ -189,6 +230,13 @@ class Exporter:
         self.refs: dict[str, dict[str, Any]] = {}  # node name -> {"node", "index"}
         self.values: dict[str, Any] = {}  # node name -> python value (SymInt-valued nodes)
         self.arg_index: dict[str, int] = {}  # placeholder name -> argument index
+
+    def scalar(self, value: int | torch.SymInt) -> int | torch.SymInt:
+        """A size the graph computes: its value, or, exporting symbolically, the SymInt
+        itself (its text where an argument takes it; evaluated per call as an output)."""
+        if isinstance(self.bindings, Symbolic) and isinstance(value, torch.SymInt):
+            return value
+        return evaluate(value, self.bindings)
 
     def encode(self, value: Any, node: torch.fx.Node) -> dict[str, Any] | str:
         if isinstance(value, torch.fx.Node):
@@ -284,7 +332,7 @@ class Exporter:
                     self.refs[node.name] = {"node": node.name, "index": 0}
                     self.arg_index[node.name] = index
                 elif isinstance(val, (int, torch.SymInt)):
-                    self.values[node.name] = evaluate(val, self.bindings)
+                    self.values[node.name] = self.scalar(val)
                 else:
                     raise UnsupportedOpError(
                         f"input `{node.name}` of type {type(val).__name__} is not supported"
@@ -315,7 +363,7 @@ class Exporter:
                     continue
                 if isinstance(val, (int, torch.SymInt)):
                     # Size arithmetic (sym_size, mul of sizes, ...) is evaluated here.
-                    self.values[node.name] = evaluate(val, self.bindings)
+                    self.values[node.name] = self.scalar(val)
                     continue
                 if not isinstance(node.target, torch._ops.OpOverload):
                     raise node_error(
@@ -390,6 +438,11 @@ class Exporter:
             "nodes": nodes,
             "outputs": kernel_outputs,
         }
+        if isinstance(self.bindings, Symbolic) and self.bindings.ranges:
+            document["symbols"] = [
+                {"name": name, "min": low, "max": high}
+                for name, (low, high) in sorted(self.bindings.ranges.items())
+            ]
         input_args = [self.arg_index[i["name"]] for i in inputs]
         return Plan(document=document, input_args=input_args, outputs=plan_outputs)
 
@@ -400,4 +453,4 @@ def export(gm: torch.fx.GraphModule, name: str, bindings: dict[Any, int] | None 
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return Exporter(gm, name, bindings or {}).export()
+        return Exporter(gm, name, {} if bindings is None else bindings).export()

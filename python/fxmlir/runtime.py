@@ -185,6 +185,87 @@ class CompiledGraph:
         return out
 
 
+class DynamicGraph(CompiledGraph):
+    """A graph compiled once for every size its symbols take (``Kernel.symbols``). Each call
+    reads the symbols' values off the arguments (each is the size of a dimension of an
+    input), has the kernel say the layouts they give (``Kernel.sized``, which raises a
+    ``CallError`` for a value outside a symbol's range), checks the inputs against them and
+    allocates the outputs as they say."""
+
+    def __init__(self, plan: Plan, kernel: _fxmlir.Kernel):
+        doc = plan.document
+        self.name = doc["name"]
+        self.plan = plan
+        self.kernel = kernel
+        self.input_names = [i["name"] for i in doc["inputs"]]
+        self.input_dtypes = [_TORCH_DTYPES[i["meta"]["dtype"]] for i in doc["inputs"]]
+        self.output_dtypes = [_TORCH_DTYPES[_meta_of(doc, r)["dtype"]] for r in doc["outputs"]]
+        # Where each symbol's value is read: (input, dimension) of a dimension that is it.
+        self.readers = []
+        for symbol in kernel.symbols:
+            self.readers.append(
+                next(
+                    (k, d)
+                    for k, i in enumerate(doc["inputs"])
+                    for d, size in enumerate(i["meta"]["shape"])
+                    if size == symbol
+                )
+            )
+        picks = plan.input_args
+        self.pick = lambda args: [args[i] for i in picks]
+        self.host = collectives.HostCalls(doc, kernel.host_calls) if kernel.host_calls else None
+
+    def __call__(self, args: Sequence[Any]) -> list[Any]:
+        values = self.pick(args)
+        for name, arg, value in zip(self.input_names, self.plan.input_args, values):
+            if not isinstance(value, torch.Tensor):
+                raise CallError(
+                    f"graph `{self.name}`, input `{name}` (argument {arg}): expected a tensor, "
+                    f"got {type(value).__name__}"
+                )
+        sizes = [values[k].shape[d] for k, d in self.readers]
+        inputs, outputs = self.kernel.sized(sizes)
+        for name, arg, value, dtype, (shape, strides) in zip(
+            self.input_names, self.plan.input_args, values, self.input_dtypes, inputs
+        ):
+            ok = (
+                value.dtype == dtype
+                and list(value.shape) == shape
+                and value.device.type == "cpu"
+                and value.layout == torch.strided
+                and all(d <= 1 or s == t for d, s, t in zip(shape, strides, value.stride()))
+            )
+            if not ok:
+                raise CallError(
+                    f"graph `{self.name}`, input `{name}` (argument {arg}): compiled for "
+                    f"{_format(shape, strides, dtype)} on cpu at sizes {self._named(sizes)}, "
+                    f"got {_format(value.shape, value.stride(), value.dtype)} on {value.device}"
+                )
+        results = [
+            torch.empty_strided(shape, strides, dtype=dtype)
+            for (shape, strides), dtype in zip(outputs, self.output_dtypes)
+        ]
+        pointers = [t.data_ptr() for t in values] + [t.data_ptr() for t in results]
+        self.kernel.run(pointers, self.host, sizes)
+        return self._outputs(args, results, sizes)
+
+    def _named(self, sizes: list[int]) -> str:
+        return ", ".join(f"{s}={v}" for s, v in zip(self.kernel.symbols, sizes))
+
+    def _outputs(
+        self, args: Sequence[Any], results: list[Any], sizes: list[int] | None = None
+    ) -> list[Any]:
+        out = super()._outputs(args, results)
+        values = dict(zip(self.kernel.symbols, sizes or []))
+        return [_concrete(v, values) if isinstance(v, torch.SymInt) else v for v in out]
+
+
+def _concrete(value: torch.SymInt, sizes: dict[str, int]) -> int:
+    """A size the graph returns, at the call's sizes."""
+    expr = value.node.expr
+    return int(expr.xreplace({s: sizes[str(s)] for s in expr.free_symbols}))
+
+
 class ExecutedGraph(CompiledGraph):
     """A graph a plugin's executor runs (see :class:`fxmlir.plugins.Executor`), behind the
     same call contract as fxmlir's kernels: the arguments are checked against the graph's
@@ -390,4 +471,5 @@ def _wrap(plan: Plan, kernel: _fxmlir.Kernel) -> tuple[CompiledGraph, str]:
         log.info("graph %s: kernel from %s in %.1f ms", kernel.name, kernel.source, total)
     if kernel.dumped:
         log.info("dumps of %s: %s", kernel.name, ", ".join(kernel.dumped))
-    return CompiledGraph(plan, kernel), kernel.source
+    graph = DynamicGraph(plan, kernel) if kernel.symbols else CompiledGraph(plan, kernel)
+    return graph, kernel.source

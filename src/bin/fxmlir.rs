@@ -44,6 +44,10 @@ enum Command {
         /// Number of timed calls after the first.
         #[arg(long, default_value_t = 0)]
         repeat: usize,
+        /// The value of a size symbol of a graph with symbolic sizes, `s0=16` (repeatable;
+        /// default: each symbol's minimum).
+        #[arg(long = "size", value_parser = parse_size)]
+        sizes: Vec<(String, i64)>,
     },
     /// List the ATen overloads with a registered lowering.
     Ops,
@@ -150,13 +154,25 @@ fn run(cli: Cli) -> Result<()> {
             options,
             seed,
             repeat,
+            sizes,
         } => {
             let (graph, text) = load(&file)?;
             let options = options.options()?;
             println!("target: {}", options.target.summary());
             let compiled = fxmlir::compile(&graph, Some(&text), &options)?;
             print_timings(&compiled);
-            run_random(&compiled, &graph, seed, repeat)?;
+            let mut values = Vec::new();
+            for symbol in &graph.symbols {
+                let given = sizes.iter().find(|(name, _)| *name == symbol.name);
+                values.push(given.map_or(symbol.min, |(_, v)| *v));
+            }
+            if let Some((name, _)) = sizes
+                .iter()
+                .find(|(name, _)| !graph.symbols.iter().any(|s| s.name == *name))
+            {
+                bail!("--size {name}: the graph has no size symbol `{name}`");
+            }
+            run_random(&compiled, &graph, &values, seed, repeat)?;
         }
         Command::Target { spec } => {
             let target = chosen_target(spec)?;
@@ -361,18 +377,31 @@ fn fill_random(buffer: &mut Buffer, state: &mut u64, positive: bool) {
     }
 }
 
+/// `s0=16` as a symbol and its value.
+fn parse_size(text: &str) -> std::result::Result<(String, i64), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
+    let value = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not an integer"))?;
+    Ok((name.to_string(), value))
+}
+
 fn run_random(
     compiled: &fxmlir::CompiledGraph,
     graph: &Graph,
+    sizes: &[i64],
     seed: u64,
     repeat: usize,
 ) -> Result<()> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut buffers: Vec<Buffer> = compiled.inputs.iter().map(Buffer::new).collect();
+    let (inputs, outputs) = compiled.sized(sizes)?;
+    let mut buffers: Vec<Buffer> = inputs.iter().map(Buffer::new).collect();
     for (b, positive) in buffers.iter_mut().zip(positive_inputs(graph)) {
         fill_random(b, &mut state, positive);
     }
-    buffers.extend(compiled.outputs.iter().map(Buffer::new));
+    buffers.extend(outputs.iter().map(Buffer::new));
     let pointers: Vec<usize> = buffers
         .iter_mut()
         .map(|b| b.lines.as_mut_ptr() as usize)
@@ -381,13 +410,13 @@ fn run_random(
         bail!("internal: buffer count mismatch");
     }
     let start = Instant::now();
-    // SAFETY: every buffer was sized from the compiled graph's own metadata.
-    unsafe { compiled.call(&pointers, None)? };
+    // SAFETY: every buffer was sized from the compiled graph's own metadata for `sizes`.
+    unsafe { compiled.call_with_sizes(&pointers, sizes, None)? };
     let first = start.elapsed();
     let start = Instant::now();
     for _ in 0..repeat {
         // SAFETY: as above.
-        unsafe { compiled.call(&pointers, None)? };
+        unsafe { compiled.call_with_sizes(&pointers, sizes, None)? };
     }
     println!("first call {:.3} ms", first.as_secs_f64() * 1e3);
     if repeat > 0 {

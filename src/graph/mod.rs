@@ -1,6 +1,7 @@
 //! The interchange model: the JSON a Python frontend writes for one FX graph (see
 //! `docs/interchange.md`), parsed and validated into Rust types before anything is lowered.
 
+pub mod dims;
 mod dtype;
 mod validate;
 
@@ -13,10 +14,13 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT: &str = "fxmlir.graph";
 pub const VERSION: u32 = 1;
 
-/// Shape, strides and dtype of one tensor, as FakeTensor propagation recorded them.
+/// Shape, strides and dtype of one tensor, as FakeTensor propagation recorded them. A size
+/// may be symbolic (a marker, see [`dims`]) in a graph with [`Graph::symbols`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMeta {
+    #[serde(with = "dims::list")]
     pub shape: Vec<i64>,
+    #[serde(with = "dims::list")]
     pub strides: Vec<i64>,
     pub dtype: DType,
     #[serde(default = "default_device")]
@@ -56,10 +60,15 @@ impl TensorMeta {
     }
 }
 
+/// Row-major strides of `shape`; symbolic sizes give symbolic strides (see [`dims`]).
 pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1].max(1);
+        strides[i] = if dims::is_symbolic(shape[i + 1]) || dims::is_symbolic(strides[i + 1]) {
+            dims::product(&[strides[i + 1], shape[i + 1]]).unwrap_or(dims::MAX_SIZE)
+        } else {
+            strides[i + 1] * shape[i + 1].max(1)
+        };
     }
     strides
 }
@@ -106,7 +115,8 @@ pub struct ValueRef {
 #[serde(rename_all = "snake_case")]
 pub enum Arg {
     Ref(ValueRef),
-    Int(i64),
+    /// An integer, or a symbolic size (a marker, see [`dims`]).
+    Int(#[serde(with = "dims::one")] i64),
     Float(FloatLit),
     Bool(bool),
     None,
@@ -191,6 +201,18 @@ pub struct Graph {
     pub constants: Vec<Constant>,
     pub nodes: Vec<Node>,
     pub outputs: Vec<ValueRef>,
+    /// The size symbols of a graph compiled for every size in their ranges (empty: every
+    /// size is fixed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub symbols: Vec<Symbol>,
+}
+
+/// A size symbol (Dynamo's `s0`) and the values its guards accept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Symbol {
+    pub name: String,
+    pub min: i64,
+    pub max: i64,
 }
 
 impl Graph {

@@ -1,6 +1,6 @@
 //! Structural checks on a parsed graph, so that lowering can trust names, references and metadata.
 
-use super::{Arg, FORMAT, Graph, TensorMeta, VERSION};
+use super::{Arg, FORMAT, Graph, Symbol, TensorMeta, VERSION, dims};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
@@ -29,20 +29,39 @@ impl Graph {
                 self.name
             ));
         }
+        for (i, symbol) in self.symbols.iter().enumerate() {
+            if symbol.min < 0 || symbol.max < symbol.min {
+                return bad(format!(
+                    "symbol `{}` has the range [{}, {}]",
+                    symbol.name, symbol.min, symbol.max
+                ));
+            }
+            if self.symbols[..i].iter().any(|s| s.name == symbol.name) {
+                return bad(format!("symbol `{}` is declared twice", symbol.name));
+            }
+        }
         // name -> number of outputs
         let mut defined: HashMap<&str, usize> = HashMap::new();
         for input in &self.inputs {
-            check_meta(&input.meta, &format!("input `{}`", input.name))?;
+            check_meta(
+                &input.meta,
+                &self.symbols,
+                &format!("input `{}`", input.name),
+            )?;
             insert(&mut defined, &input.name, 1, "input")?;
         }
         for constant in &self.constants {
-            check_meta(&constant.meta, &format!("constant `{}`", constant.name))?;
+            check_meta(
+                &constant.meta,
+                &self.symbols,
+                &format!("constant `{}`", constant.name),
+            )?;
             insert(&mut defined, &constant.name, 1, "constant")?;
         }
         for node in &self.nodes {
             let site = node.site();
             for (i, meta) in node.outputs.iter().enumerate() {
-                check_meta(meta, &format!("{site}, output {i}"))?;
+                check_meta(meta, &self.symbols, &format!("{site}, output {i}"))?;
             }
             if !node.arg_names.is_empty() && node.arg_names.len() != node.args.len() {
                 return bad(format!(
@@ -101,7 +120,7 @@ fn check_refs(arg: &Arg, defined: &HashMap<&str, usize>, whose: &str) -> Result<
     }
 }
 
-fn check_meta(meta: &TensorMeta, whose: &str) -> Result<()> {
+fn check_meta(meta: &TensorMeta, symbols: &[Symbol], whose: &str) -> Result<()> {
     let bad = |msg: String| Err(Error::InvalidGraph(format!("{whose}: {msg}")));
     if meta.rank() > MAX_RANK {
         return bad(format!(
@@ -115,15 +134,33 @@ fn check_meta(meta: &TensorMeta, whose: &str) -> Result<()> {
             meta.shape, meta.strides
         ));
     }
-    if meta.shape.iter().any(|&d| d < 0) {
+    let fixed = |d: &&i64| !dims::is_symbolic(**d);
+    if meta.shape.iter().filter(fixed).any(|&d| d < 0) {
         return bad(format!("shape {:?} has a negative size", meta.shape));
     }
-    if meta.strides.iter().any(|&s| s < 0) {
+    if meta.strides.iter().filter(fixed).any(|&s| s < 0) {
         return bad(format!("strides {:?} have a negative entry", meta.strides));
+    }
+    if let Some(unknown) = meta
+        .shape
+        .iter()
+        .chain(&meta.strides)
+        .flat_map(|&d| {
+            dims::poly_of(d)
+                .symbols()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find(|s| !symbols.iter().any(|known| known.name == *s))
+    {
+        return bad(format!(
+            "symbolic size uses `{unknown}`, which the graph does not declare"
+        ));
     }
     if meta
         .shape
         .iter()
+        .filter(fixed)
         .try_fold(1i64, |acc, &d| acc.checked_mul(d))
         .is_none()
     {

@@ -4,17 +4,22 @@
 //! reshapes).
 
 use crate::error::{Error, NodeSite, Result};
-use crate::graph::DType;
+use crate::graph::{DType, dims};
 use crate::pipeline::ir::maps;
 use melior::{
     Context,
     ir::{
         Attribute, Block, BlockLike, Identifier, Location, Operation, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
+        attribute::StringAttribute,
         operation::{OperationBuilder, OperationLike, OperationMutLike},
         r#type::TypeLike,
     },
 };
+
+/// The placeholder op of a symbolic size (in fxmlir's dialect) that [`Emit::empty`] writes
+/// and `sizes::resolve` replaces.
+pub const SIZE_PLACEHOLDER: &str = "fxmlir.size";
 
 /// A failure inside a lowering; the driver fills in the node it happened on.
 pub fn fail<T>(message: impl Into<String>) -> Result<T> {
@@ -57,23 +62,33 @@ impl Scalar {
 
 /// `tensor<2x3xf32>`-style type text.
 pub fn tensor_type_text(shape: &[i64], dtype: DType) -> String {
-    let mut text = String::from("tensor<");
-    for d in shape {
-        text.push_str(&format!("{d}x"));
+    format!("tensor<{}{}>", dims_text(shape), dtype.mlir())
+}
+
+/// `4x?x` for a shape: a symbolic size (see [`crate::graph::dims`]) is `?`.
+fn dims_text(shape: &[i64]) -> String {
+    shape
+        .iter()
+        .map(|&d| format!("{}x", size_text(d)))
+        .collect()
+}
+
+fn size_text(d: i64) -> String {
+    match dims::is_symbolic(d) {
+        true => "?".to_string(),
+        false => d.to_string(),
     }
-    text.push_str(dtype.mlir());
-    text.push('>');
-    text
 }
 
 /// `memref<…>` with a strided layout unless the strides are the row-major ones.
 pub fn memref_type_text(shape: &[i64], strides: &[i64], dtype: DType) -> String {
-    let dims: String = shape.iter().map(|d| format!("{d}x")).collect();
+    let dims = dims_text(shape);
     let contiguous = crate::graph::contiguous_strides(shape);
+    // Equal polynomials have equal markers, so symbolic row-major strides compare equal too.
     if strides == contiguous.as_slice() {
         format!("memref<{dims}{}>", dtype.mlir())
     } else {
-        let strides: Vec<String> = strides.iter().map(|s| s.to_string()).collect();
+        let strides: Vec<String> = strides.iter().map(|&s| size_text(s)).collect();
         format!(
             "memref<{dims}{}, strided<[{}]>>",
             dtype.mlir(),
@@ -538,8 +553,21 @@ impl<'c, 'a> Emit<'c, 'a> {
 
     // ---- tensors -------------------------------------------------------------------------
 
+    /// `tensor.empty`; a symbolic size (see [`crate::graph::dims`]) becomes an operand, a
+    /// `fxmlir.size` placeholder that the lowering resolves to a value computed from the
+    /// kernel's arguments (see `sizes`).
     pub fn empty(&self, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
-        self.op1("tensor.empty", &[], self.tensor_type(shape, dtype)?, &[])
+        let index = self.ty("index")?;
+        let sizes = shape
+            .iter()
+            .filter(|&&d| dims::is_symbolic(d))
+            .map(|&d| {
+                let text = dims::poly_of(d).to_string();
+                let size = StringAttribute::new(self.context, &text).into();
+                self.op1(SIZE_PLACEHOLDER, &[], index, &[("size", size)])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.op1("tensor.empty", &sizes, self.tensor_type(shape, dtype)?, &[])
     }
 
     /// `linalg.fill` of a fresh tensor with `value` (a scalar of `dtype`).

@@ -20,6 +20,7 @@ mod reduction;
 mod resize;
 mod sampling;
 mod scan;
+mod sizes;
 mod softmax;
 mod whole;
 mod window;
@@ -59,6 +60,9 @@ pub struct Lowering {
     /// Whether the kernel calls back into its host to run the node ([`LowerCtx::call_host`]):
     /// a collective runs in PyTorch's c10d.
     pub calls_host: bool,
+    /// Whether it lowers nodes with symbolic sizes (see [`crate::graph::dims`]): it only
+    /// carries shapes from the graph's metadata into the IR, never computes with them.
+    pub dynamic: bool,
 }
 
 /// A row's run-time check, and the nodes it applies to (say, integer divisions only).
@@ -79,6 +83,8 @@ pub struct Registry {
     rows: BTreeMap<&'static str, Lowering>,
     duplicates: Vec<&'static str>,
     family: &'static str,
+    /// Whether the rows being registered take symbolic sizes (their family's).
+    dynamic: bool,
 }
 
 impl Registry {
@@ -142,6 +148,7 @@ impl Registry {
             whole,
             checked,
             calls_host,
+            dynamic: self.dynamic,
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -150,6 +157,8 @@ impl Registry {
 
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
+        // The families whose rows take symbolic sizes.
+        const DYNAMIC: [&str; 1] = ["elementwise"];
         let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
@@ -168,6 +177,7 @@ impl Registry {
         ];
         for (family, register) in families {
             r.family = family;
+            r.dynamic = DYNAMIC.contains(&family);
             register(&mut r);
         }
         if !r.duplicates.is_empty() {
@@ -193,6 +203,14 @@ impl Registry {
     }
 
     /// Every supported overload with its family, sorted.
+    /// The ops whose rows take symbolic sizes.
+    pub fn dynamic_ops(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.rows
+            .iter()
+            .filter(|(_, l)| l.dynamic)
+            .map(|(op, _)| *op)
+    }
+
     pub fn ops(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
         self.rows.iter().map(|(op, l)| (*op, l.family))
     }
@@ -696,6 +714,29 @@ pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Check)>> {
         .collect())
 }
 
+/// Whether `node` of a graph with symbolic sizes can be lowered: its row takes symbolic
+/// sizes, and none of its arguments is a symbolic integer (a size used as a value).
+fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
+    fn symbolic(arg: &Arg) -> bool {
+        match arg {
+            Arg::Int(v) => crate::graph::dims::is_symbolic(*v),
+            Arg::List(items) => items.iter().any(symbolic),
+            _ => false,
+        }
+    }
+    if !lowering.dynamic {
+        return fail(
+            "its lowering does not take symbolic sizes (compile the graph for fixed sizes)",
+        );
+    }
+    if node.args.iter().any(symbolic) {
+        return fail(
+            "a symbolic size as an argument is not supported (compile the graph for fixed sizes)",
+        );
+    }
+    Ok(())
+}
+
 /// The nodes whose kernel code calls back into the host to run them (a collective runs in
 /// PyTorch's c10d), in order: the host call number `k` (from 0) names the `k`-th.
 pub fn host_calls(graph: &Graph) -> Result<Vec<NodeSite>> {
@@ -874,6 +915,9 @@ pub fn lower_graph<'c>(
                     let lowering = registry
                         .get(&node.target)
                         .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
+                    if !graph.symbols.is_empty() {
+                        check_symbolic(node, lowering).map_err(|e| attach_site(e, &site))?;
+                    }
                     match &lowering.whole {
                         Some(w) => match next_body.next() {
                             Some(body) => whole::lower(&mut ctx, node, w, body, &*lowering.lower),
@@ -931,6 +975,7 @@ pub fn lower_graph<'c>(
             )?;
         }
         block.append_operation(func::r#return(&[], func_loc));
+        sizes::resolve(context, &block, graph, func_loc)?;
         ctx.decompositions
     };
     let region = Region::new();

@@ -154,6 +154,9 @@ pub struct CompiledGraph {
     /// The nodes the kernel has its host run ([`crate::lower::host_calls`]), by host call
     /// number.
     pub host_calls: Vec<NodeSite>,
+    /// The size symbols of a kernel for every size in their ranges (see
+    /// [`Self::call_with_sizes`]); empty for a kernel of fixed sizes.
+    pub symbols: Vec<crate::graph::Symbol>,
 }
 
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
@@ -246,6 +249,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         descriptors,
         checks,
         host_calls,
+        symbols: graph.symbols.clone(),
     })
 }
 
@@ -523,6 +527,88 @@ impl CompiledGraph {
     /// that has some cannot run without it, and a host call that fails is
     /// [`Error::HostCall`] naming its node.
     pub unsafe fn call(&self, pointers: &[usize], host: Option<&dyn HostCalls>) -> Result<()> {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { self.call_with_sizes(pointers, &[], host) }
+    }
+
+    /// The inputs' and outputs' metadata for `sizes`, the values of the kernel's size symbols
+    /// in order; an error naming a symbol whose value is outside its range.
+    pub fn sized(&self, sizes: &[i64]) -> Result<(Vec<TensorMeta>, Vec<TensorMeta>)> {
+        if sizes.len() != self.symbols.len() {
+            return Err(Error::Call(format!(
+                "graph `{}` has {} size symbols, got {} values",
+                self.name,
+                self.symbols.len(),
+                sizes.len()
+            )));
+        }
+        let mut bindings = std::collections::HashMap::new();
+        for (symbol, &value) in self.symbols.iter().zip(sizes) {
+            if value < symbol.min || value > symbol.max {
+                return Err(Error::Call(format!(
+                    "graph `{}`: size {} = {value} is outside the range [{}, {}] it was compiled \
+                     for",
+                    self.name, symbol.name, symbol.min, symbol.max
+                )));
+            }
+            bindings.insert(symbol.name.clone(), value);
+        }
+        let evaluate = |values: &[i64]| -> Result<Vec<i64>> {
+            values
+                .iter()
+                .map(|&v| {
+                    crate::graph::dims::poly_of(v)
+                        .eval(&bindings)
+                        .ok_or_else(|| {
+                            Error::Call(format!("graph `{}`: a size overflows", self.name))
+                        })
+                })
+                .collect()
+        };
+        let concrete = |metas: &[TensorMeta]| -> Result<Vec<TensorMeta>> {
+            metas
+                .iter()
+                .map(|m| {
+                    Ok(TensorMeta {
+                        shape: evaluate(&m.shape)?,
+                        strides: evaluate(&m.strides)?,
+                        ..m.clone()
+                    })
+                })
+                .collect()
+        };
+        Ok((concrete(&self.inputs)?, concrete(&self.outputs)?))
+    }
+
+    /// The descriptors of a call with `sizes` (see [`Self::sized`]); `None` for a kernel of
+    /// fixed sizes called without any.
+    fn descriptors_for(&self, sizes: &[i64]) -> Result<Option<Descriptors>> {
+        if self.symbols.is_empty() && sizes.is_empty() {
+            return Ok(None);
+        }
+        let (inputs, outputs) = self.sized(sizes)?;
+        let status: (&[i64], &[i64]) = (&[1], &[1]);
+        Ok(Some(Descriptors::new(
+            inputs
+                .iter()
+                .chain(&outputs)
+                .map(|m| (m.shape.as_slice(), m.strides.as_slice()))
+                .chain((!self.checks.is_empty()).then_some(status)),
+        )))
+    }
+
+    /// [`Self::call`] of a kernel compiled for symbolic sizes, with `sizes` the values of its
+    /// size symbols ([`Self::symbols`], in order): the buffers are laid out as the recorded
+    /// shapes and strides evaluate to. A value outside its symbol's range is an error.
+    ///
+    /// # Safety
+    /// As [`Self::call`], with the layouts `sizes` give.
+    pub unsafe fn call_with_sizes(
+        &self,
+        pointers: &[usize],
+        sizes: &[i64],
+        host: Option<&dyn HostCalls>,
+    ) -> Result<()> {
         let buffers = self.inputs.len() + self.outputs.len();
         if pointers.len() != buffers {
             return Err(Error::Call(format!(
@@ -545,7 +631,8 @@ impl CompiledGraph {
         if !self.checks.is_empty() {
             all.push(status.as_mut_ptr() as usize);
         }
-        let (_words, mut argv) = self.descriptors.bind(&all);
+        let sized = self.descriptors_for(sizes)?;
+        let (_words, mut argv) = sized.as_ref().unwrap_or(&self.descriptors).bind(&all);
         // SAFETY: the caller guarantees the buffers (the status buffer is this frame's);
         // `argv` points to one live descriptor (in `_words`, alive until the end of the call)
         // per memref argument, in order.

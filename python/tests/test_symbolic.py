@@ -1,0 +1,137 @@
+"""Graphs with symbolic sizes compile once, into a kernel that serves every size their
+symbols take (``fxmlir.config.symbolic``), when every op of them takes symbolic sizes; the
+others compile per size. Every call is compared with eager PyTorch; the compile records count
+the kernels."""
+
+import logging
+
+import fxmlir
+import pytest
+import torch
+from fxmlir import CallError, backend
+from records import latest, since
+from torch.fx.experimental.proxy_tensor import make_fx
+
+SIZES = [3, 5, 7, 11, 2, 64, 100, 33, 9, 1000]
+
+
+def _elementwise(x, y):
+    return torch.tanh(x + y) * 2 - x.abs() / (1 + y * y)
+
+
+def _kernels(start: int) -> list[backend.CompileRecord]:
+    """The graphs given a kernel since ``start`` (compiled, or an identical one reused)."""
+    return since(start)
+
+
+def test_dynamic_true_compiles_one_kernel_for_ten_sizes():
+    start = latest()
+    compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)
+    with fxmlir.config.patch(fallback="error"):
+        for n in SIZES:
+            x, y = torch.randn(n, 8), torch.randn(8)
+            torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+    assert len(_kernels(start)) == 1
+
+
+def test_two_symbols_broadcast_and_strided_inputs():
+    start = latest()
+    compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)
+    with fxmlir.config.patch(fallback="error"):
+        for batch, width in [(3, 5), (4, 9), (17, 2), (6, 31)]:
+            x = torch.randn(width, batch).t()  # non-contiguous
+            y = torch.randn(batch, 1)
+            torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+    # Dynamo may specialise on the layout of the first call, but never on the sizes.
+    assert len(_kernels(start)) <= 2
+
+
+def test_mark_dynamic_and_automatic_dynamic():
+    start = latest()
+    compiled = torch.compile(_elementwise, backend="fxmlir")
+    for n in [6, 9, 13]:
+        x, y = torch.randn(n, 8), torch.randn(8)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+    assert len(_kernels(start)) == 1
+    torch._dynamo.reset()
+    # Automatic: the first size is compiled as it is; a second size makes Dynamo mark the
+    # dimension dynamic, and that graph serves every later size.
+    start = latest()
+    compiled = torch.compile(_elementwise, backend="fxmlir")
+    for n in SIZES:
+        x, y = torch.randn(n, 8), torch.randn(8)
+        torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+    assert len(_kernels(start)) == 2
+
+
+def test_sizes_zero_and_one_are_specialised_and_correct():
+    compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)
+    for n in [4, 0, 1, 6]:
+        x, y = torch.randn(n, 3), torch.randn(3)
+        torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+
+
+def test_a_size_outside_the_range_is_a_call_error():
+    gm = make_fx(_elementwise, tracing_mode="symbolic")(torch.randn(5, 8), torch.randn(8))
+    with fxmlir.config.patch(fallback="error"):
+        compiled = fxmlir.compile_graph(gm, [torch.randn(5, 8), torch.randn(8)])
+        torch.testing.assert_close(
+            compiled([torch.ones(7, 8), torch.ones(8)])[0],
+            _elementwise(torch.ones(7, 8), torch.ones(8)),
+        )
+        with pytest.raises(CallError, match=r"size s\d+ = 1 is outside the range \[2, "):
+            compiled([torch.ones(1, 8), torch.ones(8)])
+        with pytest.raises(CallError, match=r"input `y\w*` \(argument 1\): compiled for"):
+            compiled([torch.ones(7, 8), torch.ones(9)])
+
+
+def test_graphs_with_other_ops_compile_per_size(caplog):
+    def fn(x):
+        return torch.softmax(x * 2, dim=-1).sum(0)
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    with caplog.at_level(logging.INFO, logger="fxmlir"):
+        for n in [3, 5, 3]:
+            x = torch.randn(n, 6)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert "compiles per size" in caplog.text
+
+
+def test_a_size_used_as_a_value_compiles_per_size():
+    def fn(x):
+        return x * x.shape[0] + 1
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    for n in [3, 5, 8]:
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_training_step_with_a_dynamic_batch():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    for n in [4, 7, 12]:
+        x = torch.randn(n, 6)
+        for net in (compiled, reference):
+            net.zero_grad()
+            net(x).square().mean().backward()
+        for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_hot_size_gets_a_kernel_of_its_own_within_the_bound():
+    start = latest()
+    compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)
+    y = torch.randn(8)
+    with fxmlir.config.patch(background=False, specializations=1):
+        # Size 5 is called three times (hot): it gets its own kernel; size 9 as often later,
+        # beyond the bound of one, keeps the kernel for every size.
+        for n in [5, 5, 7, 5, 5, 9, 9, 9, 9]:
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
+    records = since(start)
+    assert len(records) == 2
+    assert "_s" in records[1].name

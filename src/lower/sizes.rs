@@ -1,0 +1,170 @@
+//! Symbolic sizes in the graph function. A lowering that makes a tensor with a symbolic size
+//! (see [`crate::graph::dims`]) writes a placeholder `fxmlir.size {size = "128*s0"}` for it
+//! ([`Emit::empty`](super::Emit::empty)); [`resolve`] then replaces each placeholder with a
+//! value computed once, at the start of the function, from the sizes of the kernel's
+//! arguments: each symbol is read (`memref.dim`) off an input one of whose dimensions is that
+//! symbol alone, and the polynomials are computed with `arith` on `index`.
+
+use super::{
+    emit::{SIZE_PLACEHOLDER, internal},
+    fail,
+};
+use crate::error::Result;
+use crate::graph::{Graph, dims, dims::Poly};
+use crate::pipeline::ir::ops::op_name;
+use melior::{
+    Context,
+    ir::{
+        Attribute, Block, BlockLike, Identifier, Location, OperationRef, Type, Value, ValueLike,
+        attribute::{IntegerAttribute, StringAttribute},
+        operation::{OperationBuilder, OperationLike, WalkOrder, WalkResult},
+    },
+};
+use mlir_sys::{mlirOperationDestroy, mlirValueReplaceAllUsesOfWith};
+use std::collections::HashMap;
+
+/// Builds ops at the start of the graph function's entry block, in order.
+struct Prologue<'c, 'a> {
+    context: &'c Context,
+    block: &'a Block<'c>,
+    anchor: OperationRef<'c, 'a>,
+    location: Location<'c>,
+    index: Type<'c>,
+}
+
+impl<'c, 'a> Prologue<'c, 'a> {
+    fn op(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'a>],
+        attributes: &[(&str, Attribute<'c>)],
+    ) -> Result<Value<'c, 'a>> {
+        let attributes: Vec<_> = attributes
+            .iter()
+            .map(|(k, v)| (Identifier::new(self.context, k), *v))
+            .collect();
+        let op = OperationBuilder::new(name, self.location)
+            .add_operands(operands)
+            .add_results(&[self.index])
+            .add_attributes(&attributes)
+            .build()
+            .map_err(internal)?;
+        let op = self.block.insert_operation_before(self.anchor, op);
+        Ok(op.result(0).map_err(internal)?.into())
+    }
+
+    fn constant(&self, value: i64) -> Result<Value<'c, 'a>> {
+        let attribute = IntegerAttribute::new(self.index, value).into();
+        self.op("arith.constant", &[], &[("value", attribute)])
+    }
+
+    fn arith(&self, name: &str, a: Value<'c, 'a>, b: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        self.op(name, &[a, b], &[])
+    }
+}
+
+/// Replaces the placeholders in the graph function whose entry block is `block` (its
+/// arguments: the graph's inputs first); an error if a symbol is no input's dimension.
+pub(super) fn resolve<'c>(
+    context: &'c Context,
+    block: &Block<'c>,
+    graph: &Graph,
+    location: Location<'c>,
+) -> Result<()> {
+    let mut placeholders = Vec::new();
+    let mut op = block.first_operation();
+    while let Some(current) = op {
+        current.walk(WalkOrder::PreOrder, |nested| {
+            if op_name(&nested) == SIZE_PLACEHOLDER {
+                placeholders.push(nested.to_raw());
+            }
+            WalkResult::Advance
+        });
+        op = current.next_in_block();
+    }
+    let Some(anchor) = block.first_operation() else {
+        return Ok(());
+    };
+    if placeholders.is_empty() {
+        return Ok(());
+    }
+    let prologue = Prologue {
+        context,
+        block,
+        anchor,
+        location,
+        index: Type::index(context),
+    };
+    let mut symbols: HashMap<String, Value> = HashMap::new();
+    for symbol in &graph.symbols {
+        let marker = dims::size_of(Poly::symbol(&symbol.name));
+        let Some((i, d)) = graph.inputs.iter().enumerate().find_map(|(i, input)| {
+            let d = input.meta.shape.iter().position(|&s| s == marker)?;
+            Some((i, d))
+        }) else {
+            continue;
+        };
+        let argument: Value = block.argument(i).map_err(internal)?.into();
+        let dim = prologue.constant(d as i64)?;
+        symbols.insert(
+            symbol.name.clone(),
+            prologue.op("memref.dim", &[argument, dim], &[])?,
+        );
+    }
+    let mut computed: HashMap<String, Value> = HashMap::new();
+    for raw in placeholders {
+        // SAFETY: a live op of the function, collected above; each is replaced once.
+        let placeholder = unsafe { OperationRef::from_raw(raw) };
+        let text = placeholder
+            .attribute("size")
+            .ok()
+            .and_then(|a| StringAttribute::try_from(a).ok())
+            .map(|s| s.value().to_string())
+            .ok_or_else(|| internal("a size placeholder without its size"))?;
+        let value = match computed.get(&text) {
+            Some(&v) => v,
+            None => {
+                let v = polynomial(&prologue, &Poly::parse(&text)?, &symbols)?;
+                computed.insert(text, v);
+                v
+            }
+        };
+        let result = placeholder.result(0).map_err(internal)?;
+        // SAFETY: both values are live, of type index; the placeholder has no other use and
+        // is destroyed once its uses are replaced.
+        unsafe {
+            mlirValueReplaceAllUsesOfWith(result.to_raw(), value.to_raw());
+            mlirOperationDestroy(raw);
+        }
+    }
+    Ok(())
+}
+
+/// `poly`'s value from the symbols' values.
+fn polynomial<'c, 'a>(
+    prologue: &Prologue<'c, 'a>,
+    poly: &Poly,
+    symbols: &HashMap<String, Value<'c, 'a>>,
+) -> Result<Value<'c, 'a>> {
+    let mut sum: Option<Value> = None;
+    for (monomial, coefficient) in poly.terms() {
+        let mut term = prologue.constant(coefficient)?;
+        for symbol in monomial {
+            let Some(&value) = symbols.get(symbol) else {
+                return fail(format!(
+                    "the size symbol `{symbol}` is no input's dimension, so the kernel cannot \
+                     read it"
+                ));
+            };
+            term = prologue.arith("arith.muli", term, value)?;
+        }
+        sum = Some(match sum {
+            Some(s) => prologue.arith("arith.addi", s, term)?,
+            None => term,
+        });
+    }
+    match sum {
+        Some(s) => Ok(s),
+        None => prologue.constant(0),
+    }
+}
