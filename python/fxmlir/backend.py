@@ -71,6 +71,9 @@ class CompileRecord:
     #: see ``config.target``).
     target: str = ""
 
+    #: The size symbols of a kernel for every size they take (empty: fixed sizes).
+    symbols: tuple[str, ...] = ()
+
     @property
     def cached(self) -> bool:
         """No compile happened: the kernel came from memory or from disk."""
@@ -248,6 +251,7 @@ class GraphCompiler:
                 waited_ms=waited_ms,
                 warnings=tuple(kernel.warnings) if kernel and source != "memory" else (),
                 target=self.target_spec,
+                symbols=tuple(s["name"] for s in plan.document.get("symbols", ())),
             )
         )
         return compiled

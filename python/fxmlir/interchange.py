@@ -439,6 +439,13 @@ class Exporter:
             "outputs": kernel_outputs,
         }
         if isinstance(self.bindings, Symbolic) and self.bindings.ranges:
+            read = {size for i in inputs for size in i["meta"]["shape"]}
+            unread = sorted(set(self.bindings.ranges) - read)
+            if unread:
+                # The kernel reads each symbol off an input's dimension.
+                raise UnsupportedOpError(
+                    f"the size symbols {', '.join(unread)} are no input's dimension"
+                )
             document["symbols"] = [
                 {"name": name, "min": low, "max": high}
                 for name, (low, high) in sorted(self.bindings.ranges.items())

@@ -298,6 +298,48 @@ def eager(row: Row, sample: Sample) -> list[Any]:
     return [t.to(half) if isinstance(t, torch.Tensor) and t.dtype == f64 else t for t in out]
 
 
+def check_symbolic(row: Row, samples: Sequence[Sample]) -> int:
+    """Compiles the samples' graphs traced with symbolic sizes (``make_fx``'s symbolic mode:
+    sizes 0 and 1 stay fixed) and compares each with eager; each graph with symbolic sizes
+    must compile into a kernel for every size, unless a symbol is only an input's stride (a
+    slice of a wider tensor: the kernel could not read it, so it compiles per size). Returns
+    how many compiled into a kernel for every size."""
+    from fxmlir import backend, interchange
+
+    op = overload(row.op)
+    dynamic = 0
+    for sample in samples:
+        fn = lambda *xs, sample=sample: _call(op, sample, xs)  # noqa: E731
+        gm = make_fx(fn, tracing_mode="symbolic")(*sample.inputs)
+        try:
+            plan = interchange.export(gm, "probe", interchange.Symbolic())
+            symbolic = bool(plan.document.get("symbols"))
+        except fxmlir.UnsupportedOpError as e:
+            # A symbol the kernel cannot read (only an input's stride): compiled per size.
+            assert "no input's dimension" in str(e), e
+            symbolic = False
+        dynamic += symbolic
+        start = max((r.seq for r in backend.history), default=-1)
+        with fxmlir.config.patch(fallback="error", background=False):
+            got = fxmlir.compile_graph(gm, sample.inputs)(list(sample.inputs))
+        records = [r for r in backend.history if r.seq > start]
+        assert [bool(r.symbols) for r in records] == [symbolic], (
+            f"{row.op} [{sample.id}]: not one kernel for every size: {records}"
+        )
+        for i, (g, e) in enumerate(zip(got, eager(row, sample), strict=True)):
+            atol, rtol = tolerance(e.dtype, row.tol)
+            torch.testing.assert_close(
+                g,
+                e,
+                atol=atol,
+                rtol=rtol,
+                equal_nan=True,
+                check_stride=False,
+                msg=lambda m, i=i, s=sample: f"{row.op} [{s.id}] output {i}: {m}",
+            )
+    return dynamic
+
+
 def check(row: Row, sample: Sample) -> None:
     """Compiles the sample's graph, runs it on the sample's inputs and compares with eager. The
     graph compiles in strict mode: a lowering that stops compiling fails its row instead of

@@ -34,6 +34,7 @@ from op_harness import (
     b8,
     bf16,
     check,
+    check_symbolic,
     eager,
     expanded,
     f16,
@@ -1324,6 +1325,12 @@ def layer_norm_samples(dt):
                 lambda op, x, w, b: op(x, [4], w, b, 1e-5),
             ),
             S("size0", [mk([0, 4], dt)], lambda op, x: op(x, [4], None, None, 1e-5)),
+            # Leading dimensions the normalized shape does not fix (symbolic when traced so).
+            S(
+                "batch",
+                [mk([5, 7, 6], dt), mk([6], dt), mk([6], dt)],
+                lambda op, x, w, b: op(x, [6], w, b, 1e-5),
+            ),
         ]
     return out
 
@@ -4287,6 +4294,27 @@ def test_xfail_keys_name_real_cases():
     assert not set(XFAIL) - labels, (
         f"XFAIL entries that match no test: {sorted(set(XFAIL) - labels)}"
     )
+
+
+DYNAMIC_ROWS = [r for r in ROWS if r.op in set(fxmlir._fxmlir.dynamic_ops())]
+
+
+@pytest.mark.parametrize("row", DYNAMIC_ROWS, ids=[r.op for r in DYNAMIC_ROWS])
+def test_symbolic_sizes(row: Row):
+    """Every row that takes symbolic sizes compiles its samples traced with symbolic sizes
+    into one kernel for every size, matching eager (float32 and int64 where the row has them,
+    else its first dtype)."""
+    dtypes = [d for d in PRIMARY if d in row.dtypes] or [row.dtypes[0]]
+
+    def expected_to_fail(dt: torch.dtype, sample: Sample) -> bool:
+        keys = (NAME[dt], sample.id, f"{NAME[dt]}/{sample.id}")
+        return any((row.op, key) in XFAIL for key in keys)
+
+    dynamic = sum(
+        check_symbolic(row, [s for s in _samples(row, dt) if not expected_to_fail(dt, s)])
+        for dt in dtypes
+    )
+    assert dynamic > 0, f"{row.op}: no sample has a symbolic size"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.op for r in ROWS])

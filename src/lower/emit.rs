@@ -557,17 +557,29 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// `fxmlir.size` placeholder that the lowering resolves to a value computed from the
     /// kernel's arguments (see `sizes`).
     pub fn empty(&self, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
-        let index = self.ty("index")?;
-        let sizes = shape
+        let sizes = self.symbolic_sizes(shape)?;
+        self.op1("tensor.empty", &sizes, self.tensor_type(shape, dtype)?, &[])
+    }
+
+    /// A size as an `index` value: a constant, or for a symbolic size (see
+    /// [`crate::graph::dims`]) a `fxmlir.size` placeholder the lowering resolves.
+    pub fn size(&self, d: i64) -> Result<Value<'c, 'a>> {
+        if !dims::is_symbolic(d) {
+            return self.index(d);
+        }
+        let text = dims::poly_of(d).to_string();
+        let size = StringAttribute::new(self.context, &text).into();
+        self.op1(SIZE_PLACEHOLDER, &[], self.ty("index")?, &[("size", size)])
+    }
+
+    /// The values of the symbolic sizes of `shape`, in order (the dynamic operands of ops that
+    /// make a tensor of that shape).
+    fn symbolic_sizes(&self, shape: &[i64]) -> Result<Vec<Value<'c, 'a>>> {
+        shape
             .iter()
             .filter(|&&d| dims::is_symbolic(d))
-            .map(|&d| {
-                let text = dims::poly_of(d).to_string();
-                let size = StringAttribute::new(self.context, &text).into();
-                self.op1(SIZE_PLACEHOLDER, &[], index, &[("size", size)])
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.op1("tensor.empty", &sizes, self.tensor_type(shape, dtype)?, &[])
+            .map(|&d| self.size(d))
+            .collect()
     }
 
     /// `linalg.fill` of a fresh tensor with `value` (a scalar of `dtype`).
@@ -860,7 +872,10 @@ impl<'c, 'a> Emit<'c, 'a> {
         if from == to {
             return Ok(source);
         }
-        let numel: i64 = from.iter().product();
+        if from.iter().chain(to).any(|&d| dims::is_symbolic(d)) {
+            return self.reshape_symbolic(source, from, to, dtype);
+        }
+        let numel = dims::product(from)?;
         let flat = match from.len() {
             1 => source,
             0 => self.reassociate("tensor.expand_shape", source, &[1], dtype, "[]", Some(&[1]))?,
@@ -881,6 +896,67 @@ impl<'c, 'a> Emit<'c, 'a> {
         }
     }
 
+    /// A reshape with symbolic sizes: one collapse or one expand whose groups match the
+    /// sizes as polynomials (a size of one joins a neighbour's group), so that no group splits
+    /// into several symbolic sizes, which MLIR's memref lowering cannot take.
+    fn reshape_symbolic(
+        &self,
+        source: Value<'c, 'a>,
+        from: &[i64],
+        to: &[i64],
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
+        let text = |groups: &[Vec<usize>]| {
+            let groups: Vec<String> = groups
+                .iter()
+                .map(|g| {
+                    let items: Vec<String> = g.iter().map(usize::to_string).collect();
+                    format!("[{}]", items.join(", "))
+                })
+                .collect();
+            format!("[{}]", groups.join(", "))
+        };
+        let unsupported = || {
+            fail(format!(
+                "a reshape of {from:?} to {to:?} with symbolic sizes is not supported"
+            ))
+        };
+        if dims::poly_of(dims::product(from)?).as_constant() == Some(0) {
+            // No element to move.
+            return self.empty(to, dtype);
+        }
+        if from.len() > to.len() {
+            let Some(groups) = reshape_groups(from, to) else {
+                return unsupported();
+            };
+            return self.reassociate(
+                "tensor.collapse_shape",
+                source,
+                to,
+                dtype,
+                &text(&groups),
+                None,
+            );
+        }
+        let Some(groups) = reshape_groups(to, from) else {
+            return unsupported();
+        };
+        let split = groups
+            .iter()
+            .any(|g| g.iter().filter(|&&d| dims::is_symbolic(to[d])).count() > 1);
+        if from.len() == to.len() || split {
+            return unsupported();
+        }
+        self.reassociate(
+            "tensor.expand_shape",
+            source,
+            to,
+            dtype,
+            &text(&groups),
+            Some(to),
+        )
+    }
+
     fn reassociate(
         &self,
         name: &str,
@@ -891,11 +967,46 @@ impl<'c, 'a> Emit<'c, 'a> {
         output_shape: Option<&[i64]>,
     ) -> Result<Value<'c, 'a>> {
         let mut attrs = vec![("reassociation", self.attr(reassociation)?)];
+        let mut operands = vec![source];
         if let Some(out) = output_shape {
-            attrs.push(("static_output_shape", self.attr(&i64_array(out))?));
+            // A symbolic size is dynamic (`i64::MIN`) in the static list, and an operand.
+            let fixed: Vec<i64> = out
+                .iter()
+                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
+                .collect();
+            attrs.push(("static_output_shape", self.attr(&i64_array(&fixed))?));
+            operands.extend(self.symbolic_sizes(out)?);
         }
-        self.op1(name, &[source], self.tensor_type(shape, dtype)?, &attrs)
+        self.op1(name, &operands, self.tensor_type(shape, dtype)?, &attrs)
     }
+}
+
+/// The groups of the dimensions of `long` whose sizes multiply, as polynomials, to each size
+/// of `short` in turn (sizes of one join the group before them, or the first); `None` if
+/// there are none.
+fn reshape_groups(long: &[i64], short: &[i64]) -> Option<Vec<Vec<usize>>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut next = 0;
+    for &target in short {
+        let wanted = dims::poly_of(target);
+        let mut group = Vec::new();
+        let mut product = dims::Poly::constant(1);
+        loop {
+            let &d = long.get(next)?;
+            group.push(next);
+            product = product.mul(&dims::poly_of(d)).ok()?;
+            next += 1;
+            if product == wanted {
+                break;
+            }
+        }
+        groups.push(group);
+    }
+    while next < long.len() && long[next] == 1 {
+        groups.last_mut()?.push(next);
+        next += 1;
+    }
+    (next == long.len() && !groups.is_empty()).then_some(groups)
 }
 
 pub fn i64_array(values: &[i64]) -> String {

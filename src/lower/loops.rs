@@ -197,7 +197,7 @@ where
     let Some((&n, rest)) = bounds.split_first() else {
         return body(e, ivs, carried);
     };
-    let (lower, upper, step) = (e.index(0)?, e.index(n)?, e.index(1)?);
+    let (lower, upper, step) = (e.index(0)?, e.size(n)?, e.index(1)?);
     let outer = ivs.to_vec();
     for_loop(e, lower, upper, step, carried, |b, iv, carried| {
         let mut ivs: Vec<Value> = outer.iter().map(|&v| reuse(v)).collect();

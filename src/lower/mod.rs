@@ -74,6 +74,13 @@ pub struct Checked {
 
 pub use whole::Whole;
 
+/// Rows that take symbolic sizes in families whose other rows do not.
+const DYNAMIC_OPS: [&str; 3] = [
+    "aten._softmax.default",
+    "aten._log_softmax.default",
+    "aten.native_layer_norm.default",
+];
+
 /// A family file's registration function.
 type Register = fn(&mut Registry);
 
@@ -148,7 +155,7 @@ impl Registry {
             whole,
             checked,
             calls_host,
-            dynamic: self.dynamic,
+            dynamic: self.dynamic || DYNAMIC_OPS.contains(&op),
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -158,7 +165,7 @@ impl Registry {
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
         // The families whose rows take symbolic sizes.
-        const DYNAMIC: [&str; 1] = ["elementwise"];
+        const DYNAMIC: [&str; 2] = ["elementwise", "reduction"];
         let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),

@@ -6,7 +6,7 @@ use super::emit::{iterators, reduced_map};
 use super::softmax::{Normalise, softmax};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, dims};
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -74,6 +74,9 @@ fn lower_layer_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     }
     let axis = rank - normalized.len();
     let dims: Vec<usize> = (axis..rank).collect();
+    if normalized.iter().any(|&d| dims::is_symbolic(d)) {
+        return fail("a symbolic normalized size is not supported");
+    }
     let count: i64 = normalized.iter().product();
     let acc = out.dtype.compute();
     let from = x.dtype;
@@ -255,7 +258,7 @@ fn stat_output<'c, 'a>(
     index: usize,
 ) -> Result<Value<'c, 'a>> {
     let meta = ctx.out(index)?.clone();
-    if meta.numel() != t.shape.iter().product::<i64>() {
+    if dims::product(&meta.shape)? != dims::product(&t.shape)? {
         return fail(format!(
             "output {index} is recorded with shape {:?}, the statistic has shape {:?}",
             meta.shape, t.shape

@@ -7,7 +7,7 @@ use super::elements::{extract, extreme, insert, linalg_index};
 use super::loops::{loop_nest, nth, reuse};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, dims};
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -122,13 +122,13 @@ fn lower_reduction<'c, 'a>(
             Reduce::ArgMax | Reduce::ArgMin | Reduce::MaxDim | Reduce::MinDim
         ) && d.as_ref().is_none_or(|d| d.is_empty()) =>
         {
-            x = ctx.reshape(&x, &[x.shape.iter().product()])?;
+            x = ctx.reshape(&x, &[dims::product(&x.shape)?])?;
             vec![0]
         }
         Some(d) => d,
         None => (0..x.rank()).collect(),
     };
-    let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
+    let count = dims::product(&dims.iter().map(|&d| x.shape[d]).collect::<Vec<_>>())?;
     let results = match reduce {
         Reduce::Sum | Reduce::Mean => {
             let acc = out.dtype.accumulator();
@@ -211,12 +211,9 @@ fn scale<'c, 'a>(
     if !dtype.is_float() {
         return fail("mean needs a floating-point dtype");
     }
-    let divisor = (count - correction).max(0) as f64;
+    let divisor = divisor(ctx, count, correction as f64, dtype)?;
     let value = ctx.elementwise(
-        &[
-            super::Operand::Tensor(t.clone()),
-            super::Operand::Scalar(Scalar::Float(divisor)),
-        ],
+        &[super::Operand::Tensor(t.clone()), divisor],
         &[dtype, dtype],
         dtype,
         &t.shape,
@@ -228,6 +225,48 @@ fn scale<'c, 'a>(
         shape: t.shape.clone(),
         dtype,
     })
+}
+
+/// `max(count - correction, 0)` as an operand of `dtype`: a constant, or for a symbolic count
+/// (see [`dims`]) a 0-d tensor computed from the sizes.
+fn divisor<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    count: i64,
+    correction: f64,
+    dtype: DType,
+) -> Result<super::Operand<'c, 'a>> {
+    if !dims::is_symbolic(count) {
+        return Ok(super::Operand::Scalar(Scalar::Float(
+            (count as f64 - correction).max(0.0),
+        )));
+    }
+    let e = &ctx.e;
+    let n = e.op1(
+        "arith.index_cast",
+        &[e.size(count)?],
+        e.elem_type(DType::Int64)?,
+        &[],
+    )?;
+    let n = e.convert(n, DType::Int64, dtype)?;
+    let less = e.same(
+        "arith.subf",
+        &[n, e.constant(Scalar::Float(correction), dtype)?],
+    )?;
+    let kept = e.same(
+        "arith.maximumf",
+        &[less, e.constant(Scalar::Float(0.0), dtype)?],
+    )?;
+    let value = e.op1(
+        "tensor.from_elements",
+        &[kept],
+        e.tensor_type(&[], dtype)?,
+        &[],
+    )?;
+    Ok(super::Operand::Tensor(Tensor {
+        value,
+        shape: vec![],
+        dtype,
+    }))
 }
 
 /// Two-pass variance: the mean, then the mean squared deviation with `correction`.
@@ -242,7 +281,7 @@ fn variance<'c, 'a>(
         return fail("variance needs a floating-point dtype");
     }
     let acc = out.compute();
-    let count: i64 = dims.iter().map(|&d| x.shape[d]).product();
+    let count = dims::product(&dims.iter().map(|&d| x.shape[d]).collect::<Vec<_>>())?;
     let sum = ctx.reduce(x, dims, acc, Scalar::Int(0), |b, a, v| {
         b.same("arith.addf", &[a, v])
     })?;
@@ -281,11 +320,10 @@ fn variance<'c, 'a>(
         dtype: acc,
     };
     // A fractional correction is legal in PyTorch; divide by max(N - correction, 0).
-    let divisor = (count as f64 - correction).max(0.0);
     let value = ctx.elementwise(
         &[
             super::Operand::Tensor(squares),
-            super::Operand::Scalar(Scalar::Float(divisor)),
+            divisor(ctx, count, correction, acc)?,
         ],
         &[acc, acc],
         acc,
@@ -419,7 +457,7 @@ fn lower_histc<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
             out.shape
         ));
     }
-    let n: i64 = x.shape.iter().product();
+    let n = dims::product(&x.shape)?;
     let acc = dtype.compute();
     let counts = ctx.e.splat(&[bins], acc, Scalar::Int(0))?;
     let flat = ctx.reshape(&x, &[n])?;
