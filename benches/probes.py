@@ -4,6 +4,7 @@ compiled model costs when eager parallel ops run between its calls."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import fxmlir
@@ -143,4 +144,56 @@ def checks(budget_s: float, repeat: int | None) -> dict[str, Any]:
         times = measure.interleaved_ms(calls, args, budget_s, repeat)
         result[name] = {k: v["ms"] for k, v in times.items()}
         result[name]["cost"] = times["checked"]["ms"] / times["unchecked"]["ms"] - 1
+    return result
+
+
+#: The symbolic probe's block: x of ``(n, SYMBOLIC_TOKENS, SYMBOLIC_WIDTH)`` for the batch
+#: sizes ``SYMBOLIC_BATCHES`` (in this order), timed at ``SYMBOLIC_TIMED``.
+SYMBOLIC_TOKENS, SYMBOLIC_WIDTH = 64, 256
+SYMBOLIC_BATCHES = (7, 2, 16, 11, 3, 29, 5, 24, 13, 32)
+SYMBOLIC_TIMED = 16
+
+
+def _normalized_block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = torch.nn.functional.layer_norm(x, (SYMBOLIC_WIDTH,), w, b)
+    return torch.softmax(y * 0.5, dim=-1) + torch.nn.functional.gelu(y)
+
+
+def symbolic(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """A graph compiled for every size (``dynamic=True``): a layer norm, a softmax and a GELU
+    called at ten batch sizes. Per backend: the first pass over the sizes (compiles included)
+    and the graphs compiled; then at one size, in turns: eager, Inductor (``dynamic=True``),
+    fxmlir's kernel for every size and fxmlir's kernel for that size alone (``dynamic=False``);
+    ``cost`` is the first's time over the second's, minus one."""
+    w, b = torch.randn(SYMBOLIC_WIDTH), torch.randn(SYMBOLIC_WIDTH)
+    inputs = [torch.randn(n, SYMBOLIC_TOKENS, SYMBOLIC_WIDTH) for n in SYMBOLIC_BATCHES]
+    result: dict[str, Any] = {"batches": list(SYMBOLIC_BATCHES), "timed_batch": SYMBOLIC_TIMED}
+    calls: dict[str, Any] = {"eager": _normalized_block}
+    with torch.no_grad(), fxmlir.config.patch(specializations=0):
+        for name, backend_name, dynamic in (
+            ("inductor", "inductor", True),
+            ("fxmlir", "fxmlir", True),
+            ("fxmlir_static", "fxmlir", False),
+        ):
+            torch._dynamo.reset()
+            first = max((r.seq for r in backend.history), default=-1)
+            compiled = torch.compile(_normalized_block, backend=backend_name, dynamic=dynamic)
+            start = time.perf_counter()
+            for x in inputs if dynamic else [inputs[SYMBOLIC_BATCHES.index(SYMBOLIC_TIMED)]]:
+                out = compiled(x, w, b)
+                expected = _normalized_block(x, w, b)
+                assert measure.check(out, expected)["ok"], (name, x.shape)
+            if dynamic:
+                result[name] = {"first_pass_ms": (time.perf_counter() - start) * 1e3}
+            if backend_name == "fxmlir":
+                records = [r for r in backend.history if r.seq > first]
+                result[name] = result.get(name, {}) | {
+                    "kernels": len(records),
+                    "symbolic": all(r.symbols for r in records),
+                }
+            calls[name] = compiled
+        x = inputs[SYMBOLIC_BATCHES.index(SYMBOLIC_TIMED)]
+        times = measure.interleaved_ms(calls, (x, w, b), budget_s, repeat)
+    result["ms"] = {k: v["ms"] for k, v in times.items()}
+    result["cost"] = result["ms"]["fxmlir"] / result["ms"]["fxmlir_static"] - 1
     return result

@@ -476,6 +476,40 @@ def checks_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows)
 
 
+def symbolic_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("symbolic")
+    if (lines := not_measured(r, "symbolic probe")) is not None:
+        return lines
+    ms = r["ms"]
+    kind = "for every size" if r["fxmlir"]["symbolic"] else "per size"
+    rows = [
+        [
+            "first pass over the sizes ms",
+            "—",
+            fmt(r["inductor"]["first_pass_ms"], ".0f"),
+            fmt(r["fxmlir"]["first_pass_ms"], ".0f"),
+            "—",
+        ],
+        [
+            "fxmlir graphs compiled",
+            "—",
+            "—",
+            f"{r['fxmlir']['kernels']} ({kind})",
+            str(r["fxmlir_static"]["kernels"]),
+        ],
+        [
+            f"ms per call at batch {r['timed_batch']}",
+            fmt(ms["eager"], ".3f"),
+            fmt(ms["inductor"], ".3f"),
+            fmt(ms["fxmlir"], ".3f"),
+            fmt(ms["fxmlir_static"], ".3f"),
+        ],
+    ]
+    header = ["", "eager", "Inductor dynamic", "fxmlir dynamic", "fxmlir for that size"]
+    note = f"fxmlir's kernel for every size costs {100 * r['cost']:+.1f}% against its static one."
+    return table(header, rows) + [note, ""]
+
+
 def cache_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for c in results.get("cache", []):
@@ -590,13 +624,17 @@ def markdown(results: dict[str, Any]) -> str:
             "Run-time checks: embedding (50k x 256 table, 8k ids) and int64 `//` and `%` (1M)",
             checks_table,
         ),
+        (
+            "Symbolic sizes: layer norm, softmax and GELU on (n, 64, 256), n over ten sizes",
+            symbolic_table,
+        ),
         ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
         ("Weights as graph inputs, hoisted, or constants", constants_table),
         ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
     ]
     for title, render in sections:
         out += [f"**{title}**", ""] + render(results)
-    probes = ("bandwidth", "overhead", "interleaved", "checks", "constants")
+    probes = ("bandwidth", "overhead", "interleaved", "checks", "symbolic", "constants")
     flagged = [k for k in probes if busy(results.get(k))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("cold"))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]

@@ -5,7 +5,7 @@ and a crash costs one row only.
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
 Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``bandwidth``, ``overhead``,
-``interleaved``, ``checks``, ``constants``.
+``interleaved``, ``checks``, ``symbolic``, ``constants``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return probes.interleaved(budget_s, repeat)
     if kind == "checks":
         return probes.checks(budget_s, repeat)
+    if kind == "symbolic":
+        return probes.symbolic(budget_s, repeat)
     if kind == "constants":
         return constants.run(budget_s, repeat)
     raise ValueError(f"unknown task {task!r}")

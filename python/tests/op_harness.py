@@ -315,8 +315,9 @@ def check_symbolic(row: Row, samples: Sequence[Sample]) -> int:
             plan = interchange.export(gm, "probe", interchange.Symbolic())
             symbolic = bool(plan.document.get("symbols"))
         except fxmlir.UnsupportedOpError as e:
-            # A symbol the kernel cannot read (only an input's stride): compiled per size.
-            assert "no input's dimension" in str(e), e
+            # A symbol the kernel cannot read (only an input's stride), or a size that is no
+            # polynomial (a floor division): compiled per size.
+            assert "no input's dimension" in str(e) or "not a polynomial" in str(e), e
             symbolic = False
         dynamic += symbolic
         start = max((r.seq for r in backend.history), default=-1)

@@ -1377,6 +1377,8 @@ VIEW_PRIMARY = [
         lambda op, z, e, o: (op(z, [1]), op(z, [1, 1]), op(e, [3, 0]), op(e, [-1]), op(o, [])),
     ),
     ("sliced_rows", lambda dt: [mk([4, 3], dt)[1:3]], lambda op, x: (op(x, [6]), op(x, [3, 2]))),
+    # Leading sizes folded into one (-1): symbolic when traced so.
+    ("flatten", lambda dt: [mk([5, 6, 4], dt)], lambda op, x: (op(x, [-1, 4]), op(x, [-1]))),
 ]
 
 
@@ -3611,7 +3613,9 @@ ROWS: list[Row] = [
                     "0d_size0_strided",
                     lambda dt: [mk([], dt), mk([1, 3], dt), sliced([3, 1], dt)],
                     lambda op, z, r, s: (op(z, [2, 2]), op(z, []), op(r, [0, 3]), op(s, [2, 3, 4])),
-                )
+                ),
+                # Kept sizes (-1) stay symbolic when traced so.
+                ("keep", lambda dt: [mk([5, 1, 4], dt)], lambda op, x: op(x, [-1, 3, -1])),
             ],
         ),
         tol=EXACT,

@@ -7,7 +7,7 @@
 use super::layout::{self, permute};
 use super::{LowerCtx, Operand, Registry, Tensor, fail, norm_dim};
 use crate::error::Result;
-use crate::graph::Node;
+use crate::graph::{Node, dims};
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -84,7 +84,7 @@ fn lower_movement<'c, 'a>(
     let rank = x.rank();
     let value = match movement {
         Movement::Reshape => {
-            if x.shape.iter().product::<i64>() != out.numel() {
+            if dims::product(&x.shape)? != dims::product(&out.shape)? {
                 return fail(format!(
                     "cannot view shape {:?} as {:?}",
                     x.shape, out.shape

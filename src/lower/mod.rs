@@ -75,10 +75,33 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 3] = [
+const DYNAMIC_OPS: [&str; 17] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.unsqueeze.default",
+    "aten.squeeze.default",
+    "aten.squeeze.dim",
+    "aten.squeeze.dims",
+    "aten.clone.default",
+    "aten.alias.default",
+    "aten.permute.default",
+    "aten.transpose.int",
+    "aten.t.default",
+    "aten.expand.default",
+    "aten.flatten.using_ints",
+];
+
+/// Rows whose symbolic integer arguments (a view's or an expand's sizes) they never read:
+/// they take the result's shape from the graph's metadata.
+const SYMBOLIC_ARGUMENTS: [&str; 4] = [
+    "aten.view.default",
+    "aten._unsafe_view.default",
+    "aten.reshape.default",
+    "aten.expand.default",
 ];
 
 /// A family file's registration function.
@@ -736,7 +759,7 @@ fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
             "its lowering does not take symbolic sizes (compile the graph for fixed sizes)",
         );
     }
-    if node.args.iter().any(symbolic) {
+    if node.args.iter().any(symbolic) && !SYMBOLIC_ARGUMENTS.contains(&node.target.as_str()) {
         return fail(
             "a symbolic size as an argument is not supported (compile the graph for fixed sizes)",
         );

@@ -14,7 +14,7 @@ use super::ir::maps::{
     IteratorKind, MapResult, backward_dims, body_ops, indexing_maps, is_identity_of,
     iterator_kinds, map_results, plain_body,
 };
-use super::ir::ops::{op_name, tensor_shape};
+use super::ir::ops::{op_name, tensor_dims, tensor_shape};
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
 use crate::target::Target;
@@ -116,9 +116,15 @@ pub fn choose_split(
     })
 }
 
+/// The range a loop over a symbolic size (a batch, a sequence length) is taken to have when
+/// deciding whether and where to split: `tile_using_forall` cuts it into chunks at run time,
+/// and a split of a short one costs a parallel region of a few microseconds.
+const SYMBOLIC_RANGE: i64 = 64;
+
 /// The loop ranges of a `linalg.generic` and which loops are parallel, from its indexing maps
-/// and static operand shapes.
-fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
+/// and operand shapes; a loop over a symbolic size is [`SYMBOLIC_RANGE`] long with
+/// `symbolic`, else the op has no ranges.
+fn generic_loops(op: &OperationRef, symbolic: bool) -> Option<(Vec<i64>, Vec<bool>)> {
     let parallel: Vec<bool> = iterator_kinds(op)?
         .into_iter()
         .map(|kind| kind == IteratorKind::Parallel)
@@ -131,18 +137,25 @@ fn generic_loops(op: &OperationRef) -> Option<(Vec<i64>, Vec<bool>)> {
     for (i, operand) in op.operands().enumerate() {
         let map = *maps.get(i)?;
         backwards.extend(backward_dims(map));
-        let Some((shape, _)) = tensor_shape(operand) else {
+        let Some(shape) = tensor_dims(operand) else {
             continue;
         };
         for (j, result) in map_results(map).into_iter().enumerate() {
             if let MapResult::Dim(d) = result
                 && d < ranges.len()
+                && !matches!(ranges[d], Some(Some(_)))
             {
                 ranges[d] = Some(*shape.get(j)?);
             }
         }
     }
-    let ranges: Vec<i64> = ranges.into_iter().collect::<Option<_>>()?;
+    let ranges: Vec<i64> = ranges
+        .into_iter()
+        .map(|r| match r? {
+            Some(size) => Some(size),
+            None => symbolic.then_some(SYMBOLIC_RANGE),
+        })
+        .collect::<Option<_>>()?;
     // Tiling computes every operand's slices as if each read went forwards: along such a loop
     // (of more than one iteration), a tile of any loop reads a slice of the wrong size. Such
     // an op is not split.
@@ -172,9 +185,12 @@ fn min_work(op: &OperationRef) -> i64 {
 /// order, as parallel loops (their reduction loops come after and only add work).
 fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
     match name {
-        "linalg.generic" => generic_loops(op),
+        "linalg.generic" => generic_loops(op, true),
         "linalg.fill" | "linalg.matmul" | "linalg.batch_matmul" => {
-            let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
+            let shape: Vec<i64> = tensor_dims(op.result(0).ok()?.into())?
+                .into_iter()
+                .map(|d| d.unwrap_or(SYMBOLIC_RANGE))
+                .collect();
             let parallel = vec![true; shape.len()];
             Some((shape, parallel))
         }
@@ -262,7 +278,7 @@ fn transpose_tiles(op: &OperationRef, split: Option<ThreadSplit>) -> Option<Vec<
 /// use the identity map, over a static shape of rank 2 or more whose innermost extent is below
 /// [`SHORT_ROWS`] (with more than one row).
 fn flattens(op: &OperationRef) -> bool {
-    let Some((ranges, parallel)) = generic_loops(op) else {
+    let Some((ranges, parallel)) = generic_loops(op, false) else {
         return false;
     };
     let rank = ranges.len();

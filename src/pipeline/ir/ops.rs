@@ -28,6 +28,17 @@ pub fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
     Some((static_shape(&tensor)?, tensor.element().to_string()))
 }
 
+/// The sizes of a ranked tensor value, `None` for a dynamic one.
+pub fn tensor_dims(value: Value) -> Option<Vec<Option<i64>>> {
+    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
+    (0..tensor.rank())
+        .map(|i| match tensor.dim_size(i).ok()? {
+            DimSize::Static(d) => Some(i64::try_from(d).ok()),
+            DimSize::Dynamic => Some(None),
+        })
+        .collect()
+}
+
 /// The sizes of a shaped type (tensor or memref); `None` if one is dynamic.
 pub fn static_shape<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<i64>> {
     (0..shaped.rank())
