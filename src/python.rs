@@ -226,8 +226,10 @@ impl Kernel {
     /// A new, uninitialised tensor for output `index` as a DLPack capsule (for
     /// `torch.from_dlpack`), in a block of fxmlir's allocator that returns to it, already
     /// mapped, when torch frees the tensor.
-    fn output_buffer(&self, py: Python<'_>, index: usize) -> PyResult<Py<PyAny>> {
-        let managed = guard(|| self.compiled.allocate_output(index))?;
+    /// For a kernel with size symbols, `sizes` are their values (see `sized`).
+    #[pyo3(signature = (index, sizes = Vec::new()))]
+    fn output_buffer(&self, py: Python<'_>, index: usize, sizes: Vec<i64>) -> PyResult<Py<PyAny>> {
+        let managed = guard(|| self.compiled.allocate_output(index, &sizes))?;
         // SAFETY: `managed` is a live DLPack tensor; the capsule owns it until a consumer
         // renames the capsule and takes it over.
         unsafe {

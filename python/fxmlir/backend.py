@@ -160,10 +160,14 @@ class GraphCompiler:
         #: The plan and the function that waits for its kernel, while it compiles.
         self.pending: tuple[interchange.Plan, Callable[[], Any]] | None = None
         #: The kernel for every size, for a graph with symbolic sizes that has one.
-        self.symbolic: runtime.CompiledGraph | None = None
+        self.symbolic: runtime.DynamicGraph | None = None
         if self.dynamic:
-            if config.symbolic:
-                self.symbolic = self._compile_symbolic()
+            compiled = self._compile_symbolic() if config.symbolic else None
+            if isinstance(compiled, runtime.DynamicGraph):
+                self.symbolic = compiled
+            elif compiled is not None:
+                # Every symbolic size was fixed by the guards: a kernel of fixed sizes.
+                self.static = compiled
             return
         plan = interchange.export(gm, self.name, {})
         finish = self._start(plan, background)
@@ -294,13 +298,17 @@ class GraphCompiler:
         Llama's first 16 tokens took 6.7 s against eager's 17 ms), and sizes that recur queue
         for a compile on a thread of its own at the lowest scheduling priority, one at a time,
         while their calls run eagerly, never waiting for it."""
+        self._collect()
+        if self.symbolic is not None:
+            sizes = self.symbolic.sizes_of(args)
+            compiled = self.specialized.get(sizes)
+            if compiled is None:
+                self._hot(sizes, args)
+                return self.symbolic(args)
+            return compiled(args)
         bindings = interchange.symbol_bindings(self.gm, args)
         key = tuple(sorted((str(k), v) for k, v in bindings.items()))
-        self._collect()
         compiled = self.specialized.get(key)
-        if compiled is None and self.symbolic is not None:
-            self._hot(key, bindings)
-            return self.symbolic(args)
         if compiled is None and key not in self.failed:
             self.seen[key] += 1
             if not self.defer or (self.seen[key] > 1 and len(self.seen) <= STABLE_SIZES):
@@ -314,16 +322,17 @@ class GraphCompiler:
         # As the compiled graph returns them: a list, even of one output.
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def _hot(self, key: tuple, bindings: dict[Any, int]) -> None:
-        """Counts a call of sizes the kernel for every size serves; the ``HOT_CALLS``-th call
-        of sizes starts their own kernel's compile (on a thread of its own with
-        ``background``), for at most ``config.specializations`` sizes."""
+    def _hot(self, key: tuple, args: list[Any]) -> None:
+        """Counts a call of sizes ``key`` the kernel for every size serves; the
+        ``HOT_CALLS``-th call of sizes starts their own kernel's compile (on a thread of its
+        own with ``background``), for at most ``config.specializations`` sizes."""
         self.seen[key] += 1
         started = len(self.specialized) + len(self.queued) + (self.compiling is not None)
         if self.seen[key] != HOT_CALLS or key in self.failed:
             return
         if started >= config.specializations:
             return
+        bindings = interchange.symbol_bindings(self.gm, args)
         if self.defer:
             self.queued[key] = bindings
             self._advance()

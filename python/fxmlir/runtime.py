@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +40,9 @@ POOLED_OUTPUT_BYTES = 1 << 20
 #: stop rebuilding it after this many.
 MAX_GUARDS = 8
 
+#: Sizes whose input checks and output allocators a kernel for every size keeps.
+MAX_LAYOUTS = 64
+
 
 def _format(shape: Sequence[int], strides: Sequence[int], dtype: Any) -> str:
     name = DTYPES.get(dtype, str(dtype))
@@ -46,11 +50,13 @@ def _format(shape: Sequence[int], strides: Sequence[int], dtype: Any) -> str:
 
 
 class InputSpec:
-    __slots__ = ("name", "arg", "shape", "strides", "dtype", "checked_strides")
+    __slots__ = ("name", "arg", "shape", "strides", "dtype", "checked_strides", "where")
 
-    def __init__(self, name: str, arg: int, meta: dict[str, Any]):
+    def __init__(self, name: str, arg: int, meta: dict[str, Any], where: str = ""):
         self.name = name
         self.arg = arg
+        #: What the layout is for, in errors (the sizes of a kernel for every size).
+        self.where = where
         self.shape = torch.Size(meta["shape"])
         self.strides = tuple(meta["strides"])
         self.dtype = _TORCH_DTYPES[meta["dtype"]]
@@ -89,7 +95,7 @@ class InputSpec:
         if not ok:
             raise CallError(
                 f"graph `{graph}`, input `{self.name}` (argument {self.arg}): compiled for "
-                f"{_format(self.shape, self.strides, self.dtype)} on cpu, got "
+                f"{_format(self.shape, self.strides, self.dtype)} on cpu{self.where}, got "
                 f"{_format(value.shape, value.stride(), value.dtype)} on {value.device}"
             )
         return value
@@ -214,40 +220,72 @@ class DynamicGraph(CompiledGraph):
         picks = plan.input_args
         self.pick = lambda args: [args[i] for i in picks]
         self.host = collectives.HostCalls(doc, kernel.host_calls) if kernel.host_calls else None
+        #: Input checks and output allocators by sizes, the most recent last.
+        self.layouts: dict[tuple[int, ...], tuple[list[InputSpec], list[Callable]]] = {}
+
+    def sizes_of(self, args: Sequence[Any]) -> tuple[int, ...]:
+        """The values of the kernel's size symbols in a call with ``args``."""
+        values = self.pick(args)
+        try:
+            return tuple(values[k].shape[d] for k, d in self.readers)
+        except (AttributeError, IndexError):
+            raise self._unreadable(values) from None
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
         values = self.pick(args)
-        for name, arg, value in zip(self.input_names, self.plan.input_args, values):
-            if not isinstance(value, torch.Tensor):
-                raise CallError(
-                    f"graph `{self.name}`, input `{name}` (argument {arg}): expected a tensor, "
-                    f"got {type(value).__name__}"
-                )
-        sizes = [values[k].shape[d] for k, d in self.readers]
-        inputs, outputs = self.kernel.sized(sizes)
-        for name, arg, value, dtype, (shape, strides) in zip(
-            self.input_names, self.plan.input_args, values, self.input_dtypes, inputs
-        ):
-            ok = (
-                value.dtype == dtype
-                and list(value.shape) == shape
-                and value.device.type == "cpu"
-                and value.layout == torch.strided
-                and all(d <= 1 or s == t for d, s, t in zip(shape, strides, value.stride()))
-            )
-            if not ok:
-                raise CallError(
-                    f"graph `{self.name}`, input `{name}` (argument {arg}): compiled for "
-                    f"{_format(shape, strides, dtype)} on cpu at sizes {self._named(sizes)}, "
-                    f"got {_format(value.shape, value.stride(), value.dtype)} on {value.device}"
-                )
-        results = [
-            torch.empty_strided(shape, strides, dtype=dtype)
-            for (shape, strides), dtype in zip(outputs, self.output_dtypes)
-        ]
+        sizes = self.sizes_of(args)
+        layout = self.layouts.get(sizes)
+        if layout is None:
+            layout = self._layout(sizes)
+        specs, allocators = layout
+        for spec, value in zip(specs, values):
+            spec.check(self.name, value)
+        results = [allocate() for allocate in allocators]
         pointers = [t.data_ptr() for t in values] + [t.data_ptr() for t in results]
-        self.kernel.run(pointers, self.host, sizes)
-        return self._outputs(args, results, sizes)
+        self.kernel.run(pointers, self.host, list(sizes))
+        return self._outputs(args, results, list(sizes))
+
+    def _unreadable(self, values: Sequence[Any]) -> CallError:
+        """The error for arguments the sizes cannot be read off: one is not a tensor, or has
+        fewer dimensions than compiled."""
+        for name, arg, value, meta in zip(
+            self.input_names, self.plan.input_args, values, self.plan.document["inputs"]
+        ):
+            where = f"graph `{self.name}`, input `{name}` (argument {arg})"
+            if not isinstance(value, torch.Tensor):
+                return CallError(f"{where}: expected a tensor, got {type(value).__name__}")
+            rank = len(meta["meta"]["shape"])
+            if value.dim() != rank:
+                return CallError(f"{where}: compiled for {rank} dimensions, got {value.dim()}")
+        return CallError(f"graph `{self.name}`: the sizes cannot be read off the arguments")
+
+    def _layout(self, sizes: tuple[int, ...]) -> tuple[list[InputSpec], list[Callable]]:
+        """The checks of the inputs and the allocators of the outputs at ``sizes`` (the kernel
+        says the layouts, or raises a ``CallError`` for a size outside its range); the last
+        ``MAX_LAYOUTS`` are kept."""
+        inputs, outputs = self.kernel.sized(list(sizes))
+        specs = [
+            InputSpec(
+                name,
+                arg,
+                {"shape": shape, "strides": strides, "dtype": DTYPES[dtype]},
+                f" at sizes {self._named(list(sizes))}",
+            )
+            for name, arg, dtype, (shape, strides) in zip(
+                self.input_names, self.plan.input_args, self.input_dtypes, inputs
+            )
+        ]
+        allocators: list[Callable] = []
+        for i, ((shape, strides), dtype) in enumerate(zip(outputs, self.output_dtypes)):
+            if math.prod(shape) * dtype.itemsize >= POOLED_OUTPUT_BYTES:
+                allocators.append(functools.partial(_pooled, self.kernel, i, list(sizes)))
+            else:
+                allocate = functools.partial(torch.empty_strided, shape, strides, dtype=dtype)
+                allocators.append(allocate)
+        if len(self.layouts) >= MAX_LAYOUTS:
+            self.layouts.pop(next(iter(self.layouts)))
+        self.layouts[sizes] = (specs, allocators)
+        return specs, allocators
 
     def _named(self, sizes: list[int]) -> str:
         return ", ".join(f"{s}={v}" for s, v in zip(self.kernel.symbols, sizes))
@@ -359,9 +397,10 @@ def _guard(values: Sequence[torch.Tensor]) -> Any:
         return None
 
 
-def _pooled(kernel: _fxmlir.Kernel, index: int) -> torch.Tensor:
-    """A new tensor for output ``index`` in a block of fxmlir's allocator."""
-    return torch.from_dlpack(kernel.output_buffer(index))
+def _pooled(kernel: _fxmlir.Kernel, index: int, sizes: Sequence[int] = ()) -> torch.Tensor:
+    """A new tensor for output ``index`` (at ``sizes``, for a kernel with size symbols) in a
+    block of fxmlir's allocator."""
+    return torch.from_dlpack(kernel.output_buffer(index, list(sizes)))
 
 
 def _meta_of(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:

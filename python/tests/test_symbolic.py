@@ -84,6 +84,10 @@ def test_a_size_outside_the_range_is_a_call_error():
             compiled([torch.ones(1, 8), torch.ones(8)])
         with pytest.raises(CallError, match=r"input `y\w*` \(argument 1\): compiled for"):
             compiled([torch.ones(7, 8), torch.ones(9)])
+        with pytest.raises(CallError, match=r"input `x\w*` \(argument 0\): compiled for 2 dim"):
+            compiled([torch.ones(7), torch.ones(8)])
+        with pytest.raises(CallError, match=r"input `x\w*` \(argument 0\): expected a tensor"):
+            compiled([3.0, torch.ones(8)])
 
 
 def test_graphs_with_other_ops_compile_per_size(caplog):

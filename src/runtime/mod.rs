@@ -500,8 +500,20 @@ fn build_and_load(
 impl CompiledGraph {
     /// A new tensor for output `index`, laid out as compiled, in a block of fxmlir's allocator
     /// (see [`dlpack`]); the caller hands it to a DLPack consumer.
-    pub fn allocate_output(&self, index: usize) -> Result<*mut dlpack::ManagedTensor> {
-        let meta = self.outputs.get(index).ok_or_else(|| {
+    /// For a kernel with size symbols, `sizes` are their values (see [`Self::sized`]).
+    pub fn allocate_output(
+        &self,
+        index: usize,
+        sizes: &[i64],
+    ) -> Result<*mut dlpack::ManagedTensor> {
+        let sized;
+        let outputs = if self.symbols.is_empty() && sizes.is_empty() {
+            &self.outputs
+        } else {
+            sized = self.sized(sizes)?.1;
+            &sized
+        };
+        let meta = outputs.get(index).ok_or_else(|| {
             Error::Call(format!(
                 "graph `{}` has {} outputs, not {}",
                 self.name,
