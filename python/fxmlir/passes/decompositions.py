@@ -301,6 +301,27 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> Any:
     return keep * x * float(1.0 / (1.0 - p)), keep
 
 
+def index_add(
+    x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: Any = 1
+) -> torch.Tensor:
+    """``index_add`` as a scatter-add of ``source`` along ``dim`` (the index spread over the
+    source's other dimensions): duplicates add up, and an index out of range, negative ones
+    included, raises ``RuntimeError`` as eager's ``index_add`` does. With an ``alpha``, eager
+    takes another path, which raises ``IndexError``, as core ATen's decomposition (an
+    ``index_put``) does, which this then is."""
+    if alpha != 1:
+        return decomposition_table[aten.index_add.default](x, dim, index, source, alpha=alpha)
+    if source.dim() == 0:
+        source = source.reshape(1)
+    dim = dim % max(x.dim(), 1)
+    shape = [1] * source.dim()
+    shape[dim] = -1
+    spread = index.reshape(shape).expand(source.shape)
+    if x.dim() == 0:
+        return aten.scatter_add(x.reshape(1), 0, spread, source).reshape(())
+    return aten.scatter_add(x, dim, spread, source)
+
+
 #: Op -> the function that writes it out.
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer,
@@ -311,4 +332,5 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
     aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
     aten.native_dropout.default: native_dropout,
+    aten.index_add.default: index_add,
 }
