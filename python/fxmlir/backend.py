@@ -146,7 +146,11 @@ class GraphCompiler:
         self.target_spec = ""
         self.name = _next_name()
         self.dynamic = interchange.is_dynamic(gm)
-        self.specialized: dict[tuple, runtime.CompiledGraph] = {}
+        #: Kernels for one set of sizes each, the most recently used last; at most
+        #: ``config.sizes_per_graph`` (see :meth:`_keep`).
+        self.specialized: collections.OrderedDict[tuple, runtime.CompiledGraph] = (
+            collections.OrderedDict()
+        )
         #: Graphs with symbolic sizes: how often each binding was called, the bindings called
         #: again and waiting for a background compile, the one background compile under way
         #: (its binding and build) and the bindings whose compile failed (they run eagerly).
@@ -301,14 +305,14 @@ class GraphCompiler:
         self._collect()
         if self.symbolic is not None:
             sizes = self.symbolic.sizes_of(args)
-            compiled = self.specialized.get(sizes)
+            compiled = self._used(sizes)
             if compiled is None:
                 self._hot(sizes, args)
                 return self.symbolic(args)
             return compiled(args)
         bindings = interchange.symbol_bindings(self.gm, args)
         key = tuple(sorted((str(k), v) for k, v in bindings.items()))
-        compiled = self.specialized.get(key)
+        compiled = self._used(key)
         if compiled is None and key not in self.failed:
             self.seen[key] += 1
             if not self.defer or (self.seen[key] > 1 and len(self.seen) <= STABLE_SIZES):
@@ -321,6 +325,23 @@ class GraphCompiler:
         out = self.gm(*args)
         # As the compiled graph returns them: a list, even of one output.
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def _used(self, key: tuple) -> runtime.CompiledGraph | None:
+        """The kernel for sizes ``key``, if there is one, marked as the most recently used."""
+        compiled = self.specialized.get(key)
+        if compiled is not None:
+            self.specialized.move_to_end(key)
+        return compiled
+
+    def _keep(self, key: tuple, compiled: runtime.CompiledGraph) -> runtime.CompiledGraph:
+        """Keeps the kernel for sizes ``key``, dropping the least recently used beyond
+        ``config.sizes_per_graph`` (their sizes run as before they compiled, and may compile
+        again): a graph called with ever new sizes holds a bounded number of kernels."""
+        self.specialized[key] = compiled
+        while len(self.specialized) > max(config.sizes_per_graph, 1):
+            dropped, _ = self.specialized.popitem(last=False)
+            self.seen.pop(dropped, None)
+        return compiled
 
     def _hot(self, key: tuple, args: list[Any]) -> None:
         """Counts a call of sizes ``key`` the kernel for every size serves; the
@@ -357,7 +378,7 @@ class GraphCompiler:
             if isinstance(build, runtime.Compiling):
                 self.compiling = (key, build)
                 return None
-            compiled = self.specialized[key] = self._record(plan, *build())
+            compiled = self._keep(key, self._record(plan, *build()))
             return compiled
         except _fxmlir.FxmlirError as e:
             if not self.defer:
@@ -382,7 +403,7 @@ class GraphCompiler:
         key, build = self.compiling
         self.compiling = None
         try:
-            self.specialized[key] = self._record(build.plan, *build(), background=True)
+            self._keep(key, self._record(build.plan, *build(), background=True))
         except _fxmlir.FxmlirError as e:
             self._give_up(key, e)
         self._advance()

@@ -140,6 +140,13 @@ class Config:
         default_factory=lambda: int(os.environ.get("FXMLIR_SPECIALIZATIONS", "1"))
     )
 
+    #: How many kernels for one set of sizes a graph with symbolic sizes keeps (compiled per
+    #: size, or the specializations of a kernel for every size); beyond, the least recently
+    #: used is dropped, and the kernel memory cache may free it (``FXMLIR_SIZES_PER_GRAPH``).
+    sizes_per_graph: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("FXMLIR_SIZES_PER_GRAPH", "32"))
+    )
+
     #: Compile a whole graph's kernel on a thread of its own while Dynamo finishes (guards, the
     #: frame's bytecode) and the first call starts; the first call waits for it. A compile
     #: that fails there falls back to partitions as at compile time. Off with

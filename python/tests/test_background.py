@@ -196,3 +196,15 @@ def test_without_background_a_failing_compile_of_new_sizes_raises():
         compiled = fxmlir.compile_graph(gm, [x])
         with pytest.raises(fxmlir.FxmlirError, match="no-such-pipeline"):
             compiled([x])
+
+
+def test_a_graph_keeps_a_bounded_number_of_per_size_kernels():
+    fn, gm = _dynamic_softmax()
+    with fxmlir.config.patch(background=False, sizes_per_graph=2):
+        compiled = fxmlir.compile_graph(gm, [torch.randn(3, 6)])
+        for n in [3, 4, 5, 4, 6, 7, 3]:
+            _call(compiled, fn, torch.randn(n, 6))
+            assert len(compiled.specialized) <= 2
+    # The most recently used sizes are the ones kept (the rows; every call has 6 columns).
+    kept = [sorted(value for _, value in key) for key in compiled.specialized]
+    assert kept == [[6, 7], [3, 6]]

@@ -404,4 +404,12 @@ mod tests {
         assert_eq!(product(&[s0, 128]).unwrap(), a);
         assert_eq!(poly_of(a).to_string(), "128*s0");
     }
+
+    #[test]
+    fn symbolic_contiguous_strides_count_an_empty_dimension_as_one() {
+        let s0 = size_of(Poly::symbol("s0"));
+        let strides = crate::graph::contiguous_strides(&[2, 0, s0]);
+        // PyTorch's strides of a contiguous 2 x 0 x s0 tensor: (s0, s0, 1).
+        assert_eq!(strides, vec![s0, s0, 1]);
+    }
 }

@@ -65,7 +65,12 @@ pub fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = if dims::is_symbolic(shape[i + 1]) || dims::is_symbolic(strides[i + 1]) {
-            dims::product(&[strides[i + 1], shape[i + 1]]).unwrap_or(dims::MAX_SIZE)
+            // A symbolic size is at least 2; a fixed one counts as at least 1, as in PyTorch.
+            let size = match dims::is_symbolic(shape[i + 1]) {
+                true => shape[i + 1],
+                false => shape[i + 1].max(1),
+            };
+            dims::product(&[strides[i + 1], size]).unwrap_or(dims::MAX_SIZE)
         } else {
             strides[i + 1] * shape[i + 1].max(1)
         };
