@@ -13,6 +13,7 @@ one for its output (the same one for the in-place ``all_reduce`` and ``broadcast
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -92,9 +93,7 @@ def _decode(value: Any) -> Any:
 def _view(address: int, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
     """The contiguous tensor of ``shape`` and ``dtype`` at ``address`` (a buffer of the
     kernel's, alive while the host call runs)."""
-    count = 1
-    for d in shape:
-        count *= d
+    count = math.prod(shape)
     if count == 0:
         return torch.empty(shape, dtype=dtype)
     size = count * dtype.itemsize

@@ -8,7 +8,7 @@ pub mod dlpack;
 use crate::context::Dialect;
 use crate::dumps::Dumps;
 use crate::error::{Check, Error, NodeSite, Result};
-use crate::graph::{Graph, TensorMeta};
+use crate::graph::{Graph, TensorMeta, dims, dims::Poly};
 use crate::jit::{
     self, Descriptors, Kernel,
     host::{self, HostCalls},
@@ -157,6 +157,8 @@ pub struct CompiledGraph {
     /// The size symbols of a kernel for every size in their ranges (see
     /// [`Self::call_with_sizes`]); empty for a kernel of fixed sizes.
     pub symbols: Vec<crate::graph::Symbol>,
+    /// With symbols, the inputs' then the outputs' sizes and strides as polynomials over them.
+    polys: Vec<(Vec<Poly>, Vec<Poly>)>,
 }
 
 /// A kernel for a validated graph: the one of an identical graph compiled earlier in this
@@ -231,6 +233,17 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
             .chain((!checks.is_empty()).then_some(status)),
     );
     let host_calls = crate::lower::host_calls(graph)?;
+    let polys = match graph.symbols.is_empty() {
+        true => Vec::new(),
+        false => inputs
+            .iter()
+            .chain(&outputs)
+            .map(|m| {
+                let of = |sizes: &[i64]| sizes.iter().map(|&d| dims::poly_of(d)).collect();
+                (of(&m.shape), of(&m.strides))
+            })
+            .collect(),
+    };
     tracing::info!(
         graph = graph.name.as_str(),
         source = source.as_str(),
@@ -250,6 +263,7 @@ pub fn compile(graph: &Graph, json: Option<&str>, options: &Options) -> Result<C
         checks,
         host_calls,
         symbols: graph.symbols.clone(),
+        polys,
     })
 }
 
@@ -546,6 +560,25 @@ impl CompiledGraph {
     /// The inputs' and outputs' metadata for `sizes`, the values of the kernel's size symbols
     /// in order; an error naming a symbol whose value is outside its range.
     pub fn sized(&self, sizes: &[i64]) -> Result<(Vec<TensorMeta>, Vec<TensorMeta>)> {
+        let mut layouts = self.layouts(sizes)?.into_iter();
+        let mut concrete = |metas: &[TensorMeta]| -> Vec<TensorMeta> {
+            metas
+                .iter()
+                .zip(layouts.by_ref())
+                .map(|(m, (shape, strides))| TensorMeta {
+                    shape,
+                    strides,
+                    ..m.clone()
+                })
+                .collect()
+        };
+        let inputs = concrete(&self.inputs);
+        Ok((inputs, concrete(&self.outputs)))
+    }
+
+    /// The inputs' then the outputs' `(shape, strides)` for `sizes` (see [`Self::sized`]),
+    /// evaluated from the polynomials read off the metadata at compile time.
+    fn layouts(&self, sizes: &[i64]) -> Result<Vec<(Vec<i64>, Vec<i64>)>> {
         if sizes.len() != self.symbols.len() {
             return Err(Error::Call(format!(
                 "graph `{}` has {} size symbols, got {} values",
@@ -565,31 +598,28 @@ impl CompiledGraph {
             }
             bindings.insert(symbol.name.clone(), value);
         }
-        let evaluate = |values: &[i64]| -> Result<Vec<i64>> {
-            values
+        if self.symbols.is_empty() {
+            return Ok(self
+                .inputs
                 .iter()
-                .map(|&v| {
-                    crate::graph::dims::poly_of(v)
-                        .eval(&bindings)
-                        .ok_or_else(|| {
-                            Error::Call(format!("graph `{}`: a size overflows", self.name))
-                        })
-                })
-                .collect()
-        };
-        let concrete = |metas: &[TensorMeta]| -> Result<Vec<TensorMeta>> {
-            metas
+                .chain(&self.outputs)
+                .map(|m| (m.shape.clone(), m.strides.clone()))
+                .collect());
+        }
+        let evaluate = |polys: &[Poly]| -> Result<Vec<i64>> {
+            polys
                 .iter()
-                .map(|m| {
-                    Ok(TensorMeta {
-                        shape: evaluate(&m.shape)?,
-                        strides: evaluate(&m.strides)?,
-                        ..m.clone()
+                .map(|p| {
+                    p.eval(&bindings).ok_or_else(|| {
+                        Error::Call(format!("graph `{}`: a size overflows", self.name))
                     })
                 })
                 .collect()
         };
-        Ok((concrete(&self.inputs)?, concrete(&self.outputs)?))
+        self.polys
+            .iter()
+            .map(|(shape, strides)| Ok((evaluate(shape)?, evaluate(strides)?)))
+            .collect()
     }
 
     /// The descriptors of a call with `sizes` (see [`Self::sized`]); `None` for a kernel of
@@ -598,14 +628,12 @@ impl CompiledGraph {
         if self.symbols.is_empty() && sizes.is_empty() {
             return Ok(None);
         }
-        let (inputs, outputs) = self.sized(sizes)?;
-        let status: (&[i64], &[i64]) = (&[1], &[1]);
+        let mut layouts = self.layouts(sizes)?;
+        if !self.checks.is_empty() {
+            layouts.push((vec![1], vec![1]));
+        }
         Ok(Some(Descriptors::new(
-            inputs
-                .iter()
-                .chain(&outputs)
-                .map(|m| (m.shape.as_slice(), m.strides.as_slice()))
-                .chain((!self.checks.is_empty()).then_some(status)),
+            layouts.iter().map(|(a, b)| (a.as_slice(), b.as_slice())),
         )))
     }
 
