@@ -37,6 +37,12 @@ pub const MIN_PARALLEL_MATH_WORK: i64 = 1 << 15;
 /// split, of 2^19 (`64 x 128 x 64`) 3-6% longer, of 2^20 (`64 x 128 x 128`) 15-18% less time.
 pub const MIN_PARALLEL_PRODUCT_WORK: i64 = 1 << 20;
 
+/// The size a symbolic dimension (a batch, a sequence length) is taken to have when a stage
+/// plans for it (whether and where to split loops across threads, whether a product's right
+/// operand is packed): the kernel reads the real size at run time, and a split of a short
+/// loop costs a parallel region of a few microseconds.
+pub const SYMBOLIC_PLANNING_SIZE: i64 = 64;
+
 /// The largest divisor of `n` that is at most `limit` (at least 1).
 pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
     (1..=limit.min(n).max(1))

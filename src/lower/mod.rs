@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 17] = [
+const DYNAMIC_OPS: [&str; 20] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -93,6 +93,9 @@ const DYNAMIC_OPS: [&str; 17] = [
     "aten.t.default",
     "aten.expand.default",
     "aten.flatten.using_ints",
+    "aten.mm.default",
+    "aten.bmm.default",
+    "aten.addmm.default",
 ];
 
 /// Rows whose symbolic integer arguments (a view's or an expand's sizes) they never read:

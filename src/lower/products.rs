@@ -7,7 +7,7 @@
 use super::window::{dims, place};
 use super::{Iter, LowerCtx, Scalar, Tensor, emit, fail};
 use crate::error::Result;
-use crate::graph::DType;
+use crate::graph::{DType, dims};
 use crate::pipeline::ir::maps::affine_map;
 use crate::target::Target;
 use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS};
@@ -183,14 +183,14 @@ pub const MIN_WIDENED_ROWS: i64 = 2;
 /// `target`: the half types the target has no dot product for (f16 everywhere, bf16 without
 /// AVX512-BF16), whose register tiles would otherwise widen every element they load.
 /// Widening is exact and the product accumulates in f32 either way, so the result is the
-/// same.
+/// same. Symbolic rows count as many.
 pub fn widened(target: &Target, dtype: DType, rows: i64) -> bool {
     let widens = match dtype {
         DType::Float16 => true,
         DType::Bfloat16 => !target.bf16_dot(),
         _ => false,
     };
-    rows >= MIN_WIDENED_ROWS && widens
+    (rows >= MIN_WIDENED_ROWS || dims::is_symbolic(rows)) && widens
 }
 
 /// `a @ b` for rank-2 (`linalg.matmul`) or rank-3 (`linalg.batch_matmul`) operands, in the

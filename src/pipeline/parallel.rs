@@ -18,7 +18,7 @@ use super::ir::ops::{op_name, tensor_dims, tensor_shape};
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
 use crate::target::Target;
-use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK};
+use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK, SYMBOLIC_PLANNING_SIZE};
 use melior::{
     Context,
     ir::{
@@ -116,13 +116,8 @@ pub fn choose_split(
     })
 }
 
-/// The range a loop over a symbolic size (a batch, a sequence length) is taken to have when
-/// deciding whether and where to split: `tile_using_forall` cuts it into chunks at run time,
-/// and a split of a short one costs a parallel region of a few microseconds.
-const SYMBOLIC_RANGE: i64 = 64;
-
 /// The loop ranges of a `linalg.generic` and which loops are parallel, from its indexing maps
-/// and operand shapes; a loop over a symbolic size is [`SYMBOLIC_RANGE`] long with
+/// and operand shapes; a loop over a symbolic size is [`SYMBOLIC_PLANNING_SIZE`] long with
 /// `symbolic`, else the op has no ranges.
 fn generic_loops(op: &OperationRef, symbolic: bool) -> Option<(Vec<i64>, Vec<bool>)> {
     let parallel: Vec<bool> = iterator_kinds(op)?
@@ -153,7 +148,7 @@ fn generic_loops(op: &OperationRef, symbolic: bool) -> Option<(Vec<i64>, Vec<boo
         .into_iter()
         .map(|r| match r? {
             Some(size) => Some(size),
-            None => symbolic.then_some(SYMBOLIC_RANGE),
+            None => symbolic.then_some(SYMBOLIC_PLANNING_SIZE),
         })
         .collect::<Option<_>>()?;
     // Tiling computes every operand's slices as if each read went forwards: along such a loop
@@ -189,7 +184,7 @@ fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
         "linalg.fill" | "linalg.matmul" | "linalg.batch_matmul" => {
             let shape: Vec<i64> = tensor_dims(op.result(0).ok()?.into())?
                 .into_iter()
-                .map(|d| d.unwrap_or(SYMBOLIC_RANGE))
+                .map(|d| d.unwrap_or(SYMBOLIC_PLANNING_SIZE))
                 .collect();
             let parallel = vec![true; shape.len()];
             Some((shape, parallel))

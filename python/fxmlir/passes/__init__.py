@@ -22,7 +22,6 @@ from typing import Any
 
 import torch.fx
 
-from .. import interchange
 from ..config import Config
 from . import bf16_pairs, hoist, skew, widen
 
@@ -39,7 +38,7 @@ def run(
     that work once and calls the kernel ``compile_main`` compiled from the rest, or None when
     nothing is hoisted (the caller then compiles ``gm`` as it now is).
 
-    Nothing is done unless ``config.hoist`` is on and ``gm`` has static sizes: each weight
+    Nothing is done unless ``config.hoist`` is on: each weight
     rewrite makes a weight-only value (a packed, widened or padded copy of a weight) that only
     the hoist keeps out of the kernel, which would otherwise make it on every call. The order:
 
@@ -56,7 +55,7 @@ def run(
     4. :func:`.hoist.hoist`: what the graph computes from weights alone, the copies above
        included, is computed once, outside the kernel.
     """
-    if not config.hoist or interchange.is_dynamic(gm):
+    if not config.hoist:
         return None
     # The weight-only analysis of the graph as it is. A rewrite that changes the graph adds
     # nodes the analysis has not seen: copies of weights, which the next rewrite must know as

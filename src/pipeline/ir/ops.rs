@@ -39,6 +39,12 @@ pub fn tensor_dims(value: Value) -> Option<Vec<Option<i64>>> {
         .collect()
 }
 
+/// The sizes (`None` for a dynamic one) and element type of a ranked tensor value.
+pub fn tensor_sizes(value: Value) -> Option<(Vec<Option<i64>>, String)> {
+    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
+    Some((tensor_dims(value)?, tensor.element().to_string()))
+}
+
 /// The sizes of a shaped type (tensor or memref); `None` if one is dynamic.
 pub fn static_shape<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<i64>> {
     (0..shaped.rank())

@@ -99,6 +99,8 @@ mod tests {
             } else {
                 element.name()
             },
+            dynamic_batch: false,
+            dynamic_rows: false,
         }
     }
 

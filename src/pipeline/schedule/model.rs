@@ -43,7 +43,10 @@ impl Element {
     }
 }
 
-/// One static contraction: `[batch x] m x k` times `[batch x] k x n`.
+/// One contraction: `[batch x] m x k` times `[batch x] k x n`. The batch and the rows may be
+/// symbolic (read at run time): their sizes here are then
+/// [`crate::tuning::SYMBOLIC_PLANNING_SIZE`], what the
+/// tiles are planned for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Problem {
     pub batch: Option<i64>,
@@ -53,6 +56,34 @@ pub struct Problem {
     pub element: Element,
     /// The element type of both operands (`f32`, `f64`, or `bf16`/`f16` widened to f32).
     pub operand: &'static str,
+    /// Whether the batch is symbolic.
+    pub dynamic_batch: bool,
+    /// Whether the rows are symbolic: their register tile loop is peeled into full tiles and
+    /// a rest of single rows.
+    pub dynamic_rows: bool,
+}
+
+impl Problem {
+    /// The shape as the schedule's locations show it (`?` for a symbolic size).
+    pub fn describe(&self) -> String {
+        let size = |d: i64, dynamic: bool| {
+            if dynamic {
+                "?".to_string()
+            } else {
+                d.to_string()
+            }
+        };
+        let rows = size(self.m, self.dynamic_rows);
+        match self.batch {
+            Some(b) => format!(
+                "{}x{rows}x{}x{}",
+                size(b, self.dynamic_batch),
+                self.k,
+                self.n
+            ),
+            None => format!("{rows}x{}x{}", self.k, self.n),
+        }
+    }
 }
 
 /// A dimension cut in two: tiles of the main part `[0, at)` use the register tile; the rest
@@ -145,7 +176,9 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     // A divisor of the rows if it keeps at least half the accumulators busy, else full tiles
     // and one shorter tile for the rest (a prime row count would otherwise get 1-row tiles).
     let divisor = largest_divisor_at_most(p.m, mr_limit);
-    let (mr, m_split) = if p.m <= mr_limit || 2 * divisor >= mr_limit {
+    let (mr, m_split) = if p.dynamic_rows {
+        (mr_limit, None)
+    } else if p.m <= mr_limit || 2 * divisor >= mr_limit {
         (divisor, None)
     } else {
         let at = p.m / mr_limit * mr_limit;
@@ -195,8 +228,8 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
             .find(|u| reduction % u == 0)
             .unwrap_or(1)
     };
-    let columns_outer =
-        kc.is_some_and(|c| p.m.saturating_mul(c).saturating_mul(bytes) <= LEFT_BLOCK_L1);
+    let columns_outer = !p.dynamic_rows
+        && kc.is_some_and(|c| p.m.saturating_mul(c).saturating_mul(bytes) <= LEFT_BLOCK_L1);
     Tiles {
         mr,
         nr,
@@ -211,11 +244,13 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
 }
 
 /// A product cut into one equal chunk per thread: `tile_using_forall` sizes over its parallel
-/// loops (`[batch,] m, n`), and the problem each chunk solves.
+/// loops (`[batch,] m, n`), and the problem each chunk solves. A symbolic dimension is cut
+/// into `threads` chunks whose size the kernel computes: `sizes` are then thread counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunks {
     pub sizes: Vec<i64>,
     pub chunk: Problem,
+    pub by_threads: bool,
 }
 
 /// How to cut `p` across `threads`: the batch when it divides evenly; else the columns when
@@ -228,11 +263,23 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
         return None;
     }
     let lead = usize::from(p.batch.is_some());
-    let cut = |dim: usize, size: i64, chunk: Problem| {
+    let cut = |dim: usize, size: i64, chunk: Problem, by_threads: bool| {
         let mut sizes = vec![0; lead + 2];
         sizes[dim] = size;
-        Some(Chunks { sizes, chunk })
+        Some(Chunks {
+            sizes,
+            chunk,
+            by_threads,
+        })
     };
+    // A symbolic batch, or symbolic rows no column cut fits, go in `threads` chunks.
+    let by_threads = |dim: usize, chunk: Problem| cut(dim, threads, chunk, true);
+    if let Some(b) = p.batch
+        && p.dynamic_batch
+    {
+        let batch = Some((b / threads).max(1));
+        return by_threads(0, Problem { batch, ..*p });
+    }
     if let Some(b) = p.batch
         && b % threads == 0
     {
@@ -243,16 +290,21 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
                 batch: Some(b / threads),
                 ..*p
             },
+            false,
         );
     }
     let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
     let by_columns = (p.n % threads == 0 && (p.n / threads) % lanes == 0).then(|| {
         let n = p.n / threads;
-        cut(lead + 1, n, Problem { n, ..*p })
+        cut(lead + 1, n, Problem { n, ..*p }, false)
     });
+    if p.dynamic_rows {
+        let m = (p.m / threads).max(1);
+        return by_columns.unwrap_or_else(|| by_threads(lead, Problem { m, ..*p }));
+    }
     let by_rows = (p.m % threads == 0 && p.m / threads >= 8).then(|| {
         let m = p.m / threads;
-        cut(lead, m, Problem { m, ..*p })
+        cut(lead, m, Problem { m, ..*p }, false)
     });
     if p.n >= p.m {
         by_columns.or(by_rows).flatten()

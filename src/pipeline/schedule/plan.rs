@@ -3,9 +3,9 @@
 
 use super::model::*;
 use crate::pipeline::ir::maps::elementwise_maps;
-use crate::pipeline::ir::ops::{op_name, raw_value, tensor_shape};
+use crate::pipeline::ir::ops::{op_name, raw_value, tensor_shape, tensor_sizes};
 use crate::target::Target;
-use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS};
+use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, SYMBOLIC_PLANNING_SIZE};
 use melior::ir::{
     Module,
     operation::{OperationLike, WalkOrder, WalkResult},
@@ -126,9 +126,9 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     {
         return None;
     }
-    let (a, ta) = tensor_shape(op.operand(0).ok()?)?;
-    let (b, tb) = tensor_shape(op.operand(1).ok()?)?;
-    let (c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    let (a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_sizes(op.operand(1).ok()?)?;
+    let (c, tc) = tensor_sizes(op.operand(2).ok()?)?;
     // Half-precision operands accumulate in f32 (the product's own element): they are
     // widened as they are loaded, so the tiles are those of an f32 product.
     let widened = ta == tb && matches!(ta.as_str(), "bf16" | "f16") && tc == "f32";
@@ -143,8 +143,11 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     if a.len() != rank || b.len() != rank || c.len() != rank {
         return None;
     }
-    let (m, k, n) = (a[rank - 2], a[rank - 1], b[rank - 1]);
-    if b[rank - 2] != k || c[rank - 2] != m || c[rank - 1] != n {
+    // The reduction and the columns must be fixed; the rows and the batch may be symbolic
+    // (`None`), in both operands they appear in alike.
+    let (k, n) = (a[rank - 1]?, b[rank - 1]?);
+    let m = a[rank - 2];
+    if b[rank - 2] != Some(k) || c[rank - 2] != m || c[rank - 1] != Some(n) {
         return None;
     }
     let batch = if batched {
@@ -155,16 +158,24 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     } else {
         None
     };
-    if [m, n, k].iter().chain(batch.iter()).any(|&d| d <= 0) {
+    let planned = |d: Option<i64>| d.unwrap_or(SYMBOLIC_PLANNING_SIZE);
+    let batch_size = batch.map(planned);
+    if [planned(m), n, k]
+        .iter()
+        .chain(batch_size.iter())
+        .any(|&d| d <= 0)
+    {
         return None;
     }
     Some(Problem {
-        batch,
-        m,
+        batch: batch_size,
+        m: planned(m),
         n,
         k,
         element,
         operand,
+        dynamic_batch: batch.is_some_and(|b| b.is_none()),
+        dynamic_rows: m.is_none(),
     })
 }
 
@@ -205,6 +216,8 @@ pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
         k,
         element: Element::Bf16Pairs,
         operand: "bf16",
+        dynamic_batch: false,
+        dynamic_rows: false,
     })
 }
 
@@ -288,7 +301,12 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         // A single elementwise consumer reading the product with the identity map, writing a
         // result of the same shape: tile it and pull the product into its loop.
         let epilogue = (|| {
-            if pairs || tiles.kc.is_some() || tiles.m_split.is_some() || tiles.n_split.is_some() {
+            if pairs
+                || problem.dynamic_rows
+                || tiles.kc.is_some()
+                || tiles.m_split.is_some()
+                || tiles.n_split.is_some()
+            {
                 return None;
             }
             let result = *info.results.first()?;

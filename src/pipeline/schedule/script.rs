@@ -15,10 +15,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     let batched = p.problem.batch.is_some();
     let pairs = p.problem.element == Element::Bf16Pairs;
     // The tile choice travels as the location of the match, so the dump shows it.
-    let shape = match p.problem.batch {
-        Some(b) => format!("{b}x{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
-        None => format!("{}x{}x{}", p.problem.m, p.problem.k, p.problem.n),
-    };
+    let shape = p.problem.describe();
     let split = |name: &str, s: Option<TileSplit>| {
         s.map_or(String::new(), |s| {
             format!(", {name} split at {} (rest {})", s.at, s.rest)
@@ -31,12 +28,13 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         None => p.rows(),
     };
     let why = format!(
-        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}{}",
+        "{} {shape} {}: {}tile {}x{}, k step {}, k block {}{}{}{}{}{}{}{}",
         if batched { "batch_matmul" } else { "matmul" },
         p.problem.element.name(),
         p.chunks.as_ref().map_or(String::new(), |c| format!(
-            "thread chunks {}, ",
-            list(&c.sizes)
+            "thread chunks {}{}, ",
+            list(&c.sizes),
+            if c.by_threads { " (threads)" } else { "" }
         )),
         t.mr,
         t.nr,
@@ -54,6 +52,11 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         split("rows", t.m_split),
         split("columns", t.n_split),
         split("column rest", t.n_tail),
+        if p.problem.dynamic_rows {
+            ", rows peeled"
+        } else {
+            ""
+        },
         match (p.epilogue.is_some(), t.columns_outer) {
             (true, _) => ", epilogue fused",
             (false, true) => ", columns outermost",
@@ -135,23 +138,22 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     list(&sizes),
                     interchange(sizes.len())
                 )?;
-                let tiled = if p.packs(part_rows(r), *nr) {
-                    emit_packing(
-                        out,
-                        &part,
-                        &format!("%t{part}"),
-                        p.problem.operand,
-                        zero,
-                        (kc, *nr),
-                    )?
-                } else {
-                    format!("%t{part}")
-                };
-                emit_reduction_tile(out, &part, &tiled, &with_zero(&[0, 0, t.ku]))?;
-                if pairs {
-                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
+                let depth = (kc, *nr);
+                if !p.problem.dynamic_rows {
+                    let rows = (part_rows(r), mr);
+                    let tile = format!("%t{part}");
+                    reductions.push(emit_tile_body(out, &part, &tile, p, rows, depth)?);
+                    continue;
                 }
-                reductions.push(format!("%kl{part}"));
+                let rows_loop = format!("%tl{part}#0");
+                for (i, peeled) in emit_peel(out, id, &part, &rows_loop, p, false)?
+                    .iter()
+                    .enumerate()
+                {
+                    let part = format!("{part}_{i}");
+                    let rows = (peeled.rows, peeled.mr);
+                    reductions.push(emit_tile_body(out, &part, &peeled.tile, p, rows, depth)?);
+                }
             }
             emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions, pairs)?;
         } else {
@@ -160,24 +162,32 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                 .enumerate()
             {
                 let part = format!("{name}_{r}");
-                let (outer, tile) = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
-                let tile = if p.packs(part_rows(r), *nr) {
-                    emit_packing(
-                        out,
-                        &part,
-                        &tile,
-                        p.problem.operand,
-                        zero,
-                        (p.problem.k, *nr),
-                    )?
-                } else {
-                    tile
-                };
-                emit_reduction_tile(out, &part, &tile, &with_zero(&[0, 0, t.ku]))?;
-                if pairs {
-                    emit_pair_lanes(out, &part, zero, (mr, *nr))?;
+                let depth = (p.problem.k, *nr);
+                let tiles = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                if !p.problem.dynamic_rows {
+                    let rows = (part_rows(r), mr);
+                    let reduction = emit_tile_body(out, &part, &tiles.tile, p, rows, depth)?;
+                    emit_vectorize(out, &part, &tiles.outer, &[reduction], pairs)?;
+                    continue;
                 }
-                emit_vectorize(out, &part, &outer, &[format!("%kl{part}")], pairs)?;
+                // The peel takes the rows loop: the batch loop (outside it) stays the scope,
+                // else each of the two loops it leaves is one.
+                let rows_loop = format!("%tl{part}#{}", zero.len());
+                let peeled = emit_peel(out, id, &part, &rows_loop, p, tiles.fused_fill)?;
+                let mut reductions = Vec::new();
+                for (i, peeled) in peeled.iter().enumerate() {
+                    let part = format!("{part}_{i}");
+                    let rows = (peeled.rows, peeled.mr);
+                    let reduction = emit_tile_body(out, &part, &peeled.tile, p, rows, depth)?;
+                    if batched {
+                        reductions.push(reduction);
+                    } else {
+                        emit_vectorize(out, &part, &peeled.scope, &[reduction], pairs)?;
+                    }
+                }
+                if batched {
+                    emit_vectorize(out, &part, &tiles.outer, &reductions, pairs)?;
+                }
             }
         }
     }
@@ -205,19 +215,27 @@ pub(super) fn emit_chunks(
             "    %af{id} = transform.get_producer_of_operand %a{id}[2] : ({ANY}) -> {ANY}"
         )?;
     }
-    let sizes = list(&chunks.sizes);
+    let sizes = format!(
+        "{} {}",
+        if chunks.by_threads {
+            "num_threads"
+        } else {
+            "tile_sizes"
+        },
+        list(&chunks.sizes)
+    );
     let containing = if p.epilogue.is_some() {
         writeln!(
             out,
             "    %ae{id} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %fn{id} : ({ANY}) -> {ANY}
-    %we{id}, %w{id} = transform.structured.tile_using_forall %ae{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})
+    %we{id}, %w{id} = transform.structured.tile_using_forall %ae{id} {sizes} : ({ANY}) -> ({ANY}, {ANY})
     %c{id}, %wc{id} = transform.structured.fuse_into_containing_op %a{id} into %w{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
         )?;
         format!("%wc{id}")
     } else {
         writeln!(
             out,
-            "    %c{id}, %w{id} = transform.structured.tile_using_forall %a{id} tile_sizes {sizes} : ({ANY}) -> ({ANY}, {ANY})"
+            "    %c{id}, %w{id} = transform.structured.tile_using_forall %a{id} {sizes} : ({ANY}) -> ({ANY}, {ANY})"
         )?;
         format!("%w{id}")
     };
@@ -338,11 +356,18 @@ pub(super) fn emit_pair_lanes(
     )
 }
 
+/// What [`emit_register_tiles`] made: the handles of the outermost loop and of the product's
+/// register tile, and whether the fill was fused into the tile loops.
+pub(super) struct RegisterTiles {
+    pub(super) outer: String,
+    pub(super) tile: String,
+    pub(super) fused_fill: bool,
+}
+
 /// Register tiles for a product without reduction blocks: tiles the product (or its fused
 /// elementwise consumer, pulling the product in) and fuses the fill where it can; the caller
 /// packs the right operand and tiles the reduction. `whole`: the part is the whole product
-/// (the fill and epilogue are its own). Returns the handles of the outermost loop and of the
-/// product's register tile.
+/// (the fill and epilogue are its own).
 pub(super) fn emit_register_tiles(
     out: &mut String,
     contraction: usize,
@@ -351,7 +376,7 @@ pub(super) fn emit_register_tiles(
     p: &PlannedProduct,
     (mr, nr): (i64, i64),
     whole: bool,
-) -> Result<(String, String), std::fmt::Error> {
+) -> Result<RegisterTiles, std::fmt::Error> {
     let batched = p.problem.batch.is_some();
     let lead: &[i64] = if batched { &[1] } else { &[] };
     let epilogue = p.epilogue.is_some() && whole;
@@ -399,7 +424,89 @@ pub(super) fn emit_register_tiles(
             containing = format!("%fl{part}");
         }
     }
-    Ok((containing, inner))
+    Ok(RegisterTiles {
+        outer: containing,
+        tile: inner,
+        fused_fill: fuse_fill,
+    })
+}
+
+/// The work on one register tile after its loops: its right operand packed (when
+/// [`PlannedProduct::packs`] says so for its `rows`, from a `depth` x `nr` slice), its
+/// reduction loop `ku` steps deep, and a pairs product's `mr` x `nr` lanes cut. Returns the
+/// handle of the reduction loop.
+pub(super) fn emit_tile_body(
+    out: &mut String,
+    part: &str,
+    tile: &str,
+    p: &PlannedProduct,
+    (rows, mr): (i64, i64),
+    (depth, nr): (i64, i64),
+) -> Result<String, std::fmt::Error> {
+    let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
+    let tile = if p.packs(rows, nr) {
+        emit_packing(out, part, tile, p.problem.operand, zero, (depth, nr))?
+    } else {
+        tile.to_string()
+    };
+    emit_reduction_tile(out, part, &tile, &[zero, &[0, 0, p.tiles.ku]].concat())?;
+    if p.problem.element == Element::Bf16Pairs {
+        emit_pair_lanes(out, part, zero, (mr, nr))?;
+    }
+    Ok(format!("%kl{part}"))
+}
+
+/// One of the two parts [`emit_peel`] leaves: the loop it is in, its register tile, the rows
+/// its packing is decided for and the rows of its register tile.
+pub(super) struct Peeled {
+    pub(super) scope: String,
+    pub(super) tile: String,
+    pub(super) rows: i64,
+    pub(super) mr: i64,
+}
+
+/// Peels `rows_loop`, the register tiles' loop over the symbolic rows of product `id`: the
+/// first part runs full tiles of `mr` rows, static once canonicalized (the peel turns their
+/// row count into a constant); the rest (fewer than `mr` rows) is tiled a row at a time, its
+/// fill with it when the fill was `fused` into the tile loops (the fill of the whole rest,
+/// which nothing reads then, is erased). Both vectorise without masks.
+pub(super) fn emit_peel(
+    out: &mut String,
+    id: usize,
+    part: &str,
+    rows_loop: &str,
+    p: &PlannedProduct,
+    fused: bool,
+) -> Result<[Peeled; 2], std::fmt::Error> {
+    let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
+    writeln!(
+        out,
+        "    %pm{part} = transform.cast {rows_loop} : {ANY} to !transform.op<\"scf.for\">
+    %pk{part}, %pr{part} = transform.loop.peel %pm{part} : (!transform.op<\"scf.for\">) -> ({ANY}, {ANY})
+    transform.apply_patterns to %pk{part} {{
+      transform.apply_patterns.canonicalization
+    }} : {ANY}
+    %tk{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pk{part} : ({ANY}) -> {ANY}
+    %tr{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}
+    %tq{part}, %tql{part} = transform.structured.{} %tr{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
+    transform.apply_dce to %pr{part} : {ANY}",
+        if fused { "fuse" } else { "tile_using_for" },
+        list(&[zero, &[1, 0, 0]].concat()),
+    )?;
+    Ok([
+        Peeled {
+            scope: format!("%pk{part}"),
+            tile: format!("%tk{part}"),
+            rows: p.rows(),
+            mr: p.tiles.mr,
+        },
+        Peeled {
+            scope: format!("%pr{part}"),
+            tile: format!("%tq{part}"),
+            rows: 1,
+            mr: 1,
+        },
+    ])
 }
 
 /// Vectorises the tiled ops inside `outer` (and only them: fill, contraction and epilogue

@@ -1,0 +1,74 @@
+// RUN: fxmlir-opt --target=skylake-avx512,threads=2 --pipeline schedule --split-input-file %s \
+// RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
+
+// The schedule stage on products whose rows or batch are symbolic (`?`, read at run time), on
+// two threads. The register tile loop over the rows is peeled: full 8x32 tiles (static, so
+// they vectorise without masks) up to the last multiple of 8, then the rest (fewer than 8
+// rows) one row at a time, a 32-wide vector each. Thread chunks cut the fixed columns.
+
+// CHECK-DAG:   #[[$MAIN:.*]] = affine_map<()[s0] -> ((s0 floordiv 8) * 8)>
+// CHECK-LABEL: func.func @rows(
+// CHECK-NOT:     linalg.
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           %[[END:.*]] = affine.apply #[[$MAIN]]()[%[[M:.*]]]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[END]] step %{{.*}}
+// CHECK:             vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:           scf.for %{{.*}} = %[[END]] to %[[M]] step %{{.*}}
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<?x32xf32>)
+// CHECK:               vector.contract {{.*}} : vector<4xf32>, vector<4x32xf32> into vector<32xf32>
+func.func @rows(%a: tensor<?x256xf32>, %b: tensor<256x64xf32>) -> tensor<?x64xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x256xf32>
+  %e = tensor.empty(%m) : tensor<?x64xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x256xf32>, tensor<256x64xf32>) outs(%f : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+// A right operand of 4 MiB: 256-deep reduction blocks, each block of it packed into 16
+// panels of 256 x 32 once, outside the peeled row loops (which both read the panels).
+// CHECK-LABEL: func.func @blocked(
+// CHECK-NOT:     linalg.matmul
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<?x512xf32>)
+// CHECK:             %[[PANELS:.*]] = scf.for {{.*}} -> (tensor<16x256x32xf32>)
+// CHECK:             scf.for
+// CHECK:               vector.transfer_read %[[PANELS]]{{.*}} : tensor<16x256x32xf32>, vector<4x32xf32>
+// CHECK:               vector.contract {{.*}} into vector<8x32xf32>
+// CHECK:             scf.for
+// CHECK:               vector.contract {{.*}} into vector<32xf32>
+func.func @blocked(%a: tensor<?x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor<?x1024xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x1024xf32>
+  %e = tensor.empty(%m) : tensor<?x1024xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x1024xf32>) -> tensor<?x1024xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x1024xf32>, tensor<1024x1024xf32>) outs(%f : tensor<?x1024xf32>) -> tensor<?x1024xf32>
+  return %r : tensor<?x1024xf32>
+}
+
+// -----
+
+// A symbolic batch goes in one chunk per thread, sized at run time (the last may be shorter);
+// each batch entry's rows are peeled as above.
+// CHECK-LABEL: func.func @batch(
+// CHECK-NOT:     linalg.batch_matmul
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           affine.min
+// CHECK:           scf.for
+// CHECK:             vector.contract {{.*}} into vector<8x32xf32>
+// CHECK:             vector.contract {{.*}} into vector<32xf32>
+func.func @batch(%a: tensor<?x?x64xf32>, %b: tensor<?x64x128xf32>) -> tensor<?x?x128xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %a, %c0 : tensor<?x?x64xf32>
+  %m = tensor.dim %a, %c1 : tensor<?x?x64xf32>
+  %e = tensor.empty(%n, %m) : tensor<?x?x128xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?x128xf32>) -> tensor<?x?x128xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<?x?x64xf32>, tensor<?x64x128xf32>) outs(%f : tensor<?x?x128xf32>) -> tensor<?x?x128xf32>
+  return %r : tensor<?x?x128xf32>
+}
