@@ -271,3 +271,16 @@ func.func @broadcast_rows(%arg0: memref<1x64x7x7xf32>, %arg1: memref<64xf32>, %a
   bufferization.materialize_in_destination %3 in writable %arg2 : (tensor<1x64x7x7xf32>, memref<1x64x7x7xf32>) -> ()
   return
 }
+
+// -----
+
+// A product over an empty reduction (symbolic batch and rows, no columns of the left operand)
+// has no work to split: it stays whole, and the stage does not crash tiling it.
+// CHECK-LABEL: func.func @empty_reduction(
+// CHECK-NOT:     scf.forall
+// CHECK:         linalg.batch_matmul
+// ONE-LABEL:   func.func @empty_reduction(
+func.func @empty_reduction(%a: tensor<?x?x0xf32>, %b: tensor<?x0x?xf32>, %c: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> {
+  %r = linalg.batch_matmul ins(%a, %b : tensor<?x?x0xf32>, tensor<?x0x?xf32>) outs(%c : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+  return %r : tensor<?x?x?xf32>
+}

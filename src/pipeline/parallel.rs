@@ -177,8 +177,17 @@ fn min_work(op: &OperationRef) -> i64 {
 
 /// The loops of a structured op fxmlir emits: generics from their maps; `linalg.fill`,
 /// `linalg.matmul` and `linalg.batch_matmul` iterate their result's dimensions first, in
-/// order, as parallel loops (their reduction loops come after and only add work).
+/// order, as parallel loops (their reduction loops come after and only add work). None for
+/// an op with an empty operand.
 fn loops(op: &OperationRef, name: &str) -> Option<(Vec<i64>, Vec<bool>)> {
+    // An op with an empty operand (a product over an empty reduction) has no work to split,
+    // and tiling a loop over it fails in MLIR's tile size computation.
+    if op
+        .operands()
+        .any(|v| tensor_dims(v).is_some_and(|dims| dims.contains(&Some(0))))
+    {
+        return None;
+    }
     match name {
         "linalg.generic" => generic_loops(op, true),
         "linalg.fill" | "linalg.matmul" | "linalg.batch_matmul" => {
