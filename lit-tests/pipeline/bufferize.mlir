@@ -143,3 +143,23 @@ func.func @strided(%arg0: memref<4x8xf32, strided<[1, 4]>>, %arg1: memref<4x4xf3
   bufferization.materialize_in_destination %3 in restrict writable %arg2 : (tensor<4x8xf32>, memref<4x8xf32, strided<[1, 4]>>) -> ()
   return
 }
+
+// -----
+
+// An expansion that splits one size into several dynamic ones (a product's rows back into
+// batch and sequence), which MLIR's memref lowering cannot take, becomes the view it is: the
+// source's base buffer reinterpreted with the expansion's sizes, strides running outwards from
+// the source row's stride within the split group.
+// CHECK-LABEL: func.func @split_rows(
+// CHECK-SAME:      %[[SRC:[a-zA-Z0-9_]+]]: memref<?x8xf32>{{.*}}, %[[B:[a-zA-Z0-9_]+]]: index{{.*}}, %[[S:[a-zA-Z0-9_]+]]: index
+// CHECK-NOT:     expand_shape
+// CHECK-NOT:     arith.constant
+// CHECK:         %[[BASE:.*]], %[[OFFSET:.*]], %{{.*}}:2, %[[STRIDES:.*]]:2 = memref.extract_strided_metadata %[[SRC]]
+// CHECK:         %[[SEQ_STRIDE:.*]] = arith.muli %[[STRIDES]]#0, %[[S]] : index
+// CHECK:         memref.reinterpret_cast %[[BASE]] to offset: [0], sizes: [%[[B]], %[[S]], 8], strides: [%[[SEQ_STRIDE]], 8, 1] : memref<f32> to memref<?x?x8xf32>
+func.func @split_rows(%arg0: memref<?x8xf32>, %b: index, %s: index, %out: memref<?x?x8xf32>) attributes {llvm.emit_c_interface} {
+  %0 = bufferization.to_tensor %arg0 restrict : memref<?x8xf32> to tensor<?x8xf32>
+  %1 = tensor.expand_shape %0 [[0, 1], [2]] output_shape [%b, %s, 8] : tensor<?x8xf32> into tensor<?x?x8xf32>
+  bufferization.materialize_in_destination %1 in restrict writable %out : (tensor<?x?x8xf32>, memref<?x?x8xf32>) -> ()
+  return
+}

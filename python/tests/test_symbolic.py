@@ -90,6 +90,45 @@ def test_a_size_outside_the_range_is_a_call_error():
             compiled([3.0, torch.ones(8)])
 
 
+def test_linear_layers_compile_once_with_scheduled_products(tmp_path):
+    """An MLP's products with symbolic rows are register-tiled like fixed-size ones (their
+    row loops peeled: full tiles, then single rows), for row counts that are and are not
+    multiples of the register tile."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(24, 80), torch.nn.GELU(), torch.nn.Linear(80, 24)
+    ).eval()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        for n in SIZES:
+            x = torch.randn(n, 24)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    records = _kernels(start)
+    assert [bool(r.symbols) for r in records] == [True], records
+    assert not records[0].warnings, records[0].warnings
+    scripts = [p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir")]
+    assert sum(s.count("rows peeled") for s in scripts) == 2, scripts
+
+
+def test_batched_products_with_a_symbolic_batch_and_rows():
+    """``bmm`` over a symbolic batch and symbolic rows, then a product of its flattened rows
+    (batch times sequence, a polynomial of two symbols)."""
+
+    def fn(x, w1, w2):
+        h = torch.bmm(x, w1.expand(x.shape[0], -1, -1))
+        return torch.relu(h) @ w2
+
+    w1, w2 = torch.randn(16, 40), torch.randn(40, 8)
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error"):
+        for batch, seq in [(2, 3), (3, 17), (5, 8), (4, 29), (7, 2)]:
+            x = torch.randn(batch, seq, 16)
+            torch.testing.assert_close(compiled(x, w1, w2), fn(x, w1, w2), rtol=1e-5, atol=1e-5)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
 def test_graphs_with_other_ops_compile_per_size(caplog):
     def fn(x):
         return torch.cumsum(torch.softmax(x * 2, dim=-1), dim=0)

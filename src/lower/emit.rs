@@ -897,8 +897,9 @@ impl<'c, 'a> Emit<'c, 'a> {
     }
 
     /// A reshape with symbolic sizes: one collapse or one expand whose groups match the
-    /// sizes as polynomials (a size of one joins a neighbour's group), so that no group splits
-    /// into several symbolic sizes, which MLIR's memref lowering cannot take.
+    /// sizes as polynomials (a size of one joins a neighbour's group). An expand whose group
+    /// splits into several symbolic sizes becomes a reshape through a shape operand before
+    /// bufferization ([`crate::pipeline::reshapes`]).
     fn reshape_symbolic(
         &self,
         source: Value<'c, 'a>,
@@ -941,10 +942,7 @@ impl<'c, 'a> Emit<'c, 'a> {
         let Some(groups) = reshape_groups(to, from) else {
             return unsupported();
         };
-        let split = groups
-            .iter()
-            .any(|g| g.iter().filter(|&&d| dims::is_symbolic(to[d])).count() > 1);
-        if from.len() == to.len() || split {
+        if from.len() == to.len() {
             return unsupported();
         }
         self.reassociate(

@@ -13,6 +13,7 @@ pub mod pairs;
 pub mod parallel;
 pub mod patterns;
 pub mod regions;
+pub mod reshapes;
 pub mod schedule;
 pub mod transform;
 pub mod vmath;
@@ -60,6 +61,9 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
+    /// [`reshapes::split_dynamic_expansions`] after the passes: expansions that split a size
+    /// into several dynamic ones become the views they are, which MLIR's memref lowering takes.
+    Bufferize,
     /// After the passes to the LLVM dialect: [`outline::mark_noalias`] (the passes drop the
     /// argument attributes of memrefs; the outlined functions' disjoint pointers become LLVM
     /// `noalias`), then [`regions::narrow`] (parallel regions capture the descriptor fields
@@ -106,7 +110,7 @@ impl Hook {
         stage: &str,
     ) -> Result<usize> {
         match self {
-            Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
+            Hook::None | Hook::Llvm | Hook::Windows | Hook::Bufferize => Ok(0),
             Hook::Expand => decompositions::expand(module),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
@@ -130,6 +134,10 @@ impl Hook {
                 tracing::debug!(reads = flattened, "reads of bf16 pairs flattened");
             }
             Hook::Parallel => transform::detach(module, &[parallel::TAG]),
+            Hook::Bufferize => {
+                let views = reshapes::split_dynamic_expansions(context, module)?;
+                tracing::debug!(views, "expansions into several dynamic sizes made views");
+            }
             Hook::Transform(_) => transform::detach(module, &[]),
             Hook::Llvm => {
                 let marked = outline::mark_noalias(context, module)?;
@@ -201,13 +209,14 @@ const PARALLEL: Stage = Stage {
 /// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
 /// are computed in place; the others are copied into the caller's memrefs. A function that
 /// writes its result into an argument (a pairs product the schedule left a call) stops
-/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer.
+/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. After the
+/// passes, expansions MLIR's memref lowering cannot take become views ([`Hook::Bufferize`]).
 const BUFFERIZE: Stage = Stage {
     name: Cow::Borrowed("bufferize"),
     pipeline: Cow::Borrowed(
         "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
     ),
-    hook: Hook::None,
+    hook: Hook::Bufferize,
 };
 
 /// Structured ops to loop nests over memrefs, in each function (the outlined ones, after

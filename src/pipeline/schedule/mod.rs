@@ -173,6 +173,38 @@ mod tests {
     }
 
     #[test]
+    fn symbolic_rows_and_batches_are_planned() {
+        let t = &avx512();
+        let rows = Problem {
+            dynamic_rows: true,
+            ..problem(64, 512, 512, Element::F32)
+        };
+        assert_eq!(rows.describe(), "?x512x512");
+        let tiles = choose_tiles(&rows, t);
+        assert_eq!(
+            (tiles.mr, tiles.m_split, tiles.columns_outer),
+            (8, None, false)
+        );
+        // Fixed columns are cut as usual; rows no column cut fits go in one chunk per thread.
+        let c = chunks(&rows, 2, t).unwrap();
+        assert_eq!((c.sizes.clone(), c.by_threads), (vec![0, 256], false));
+        let odd = Problem {
+            dynamic_rows: true,
+            ..problem(64, 256, 1000, Element::F32)
+        };
+        let c = chunks(&odd, 2, t).unwrap();
+        assert_eq!((c.sizes.clone(), c.by_threads), (vec![2, 0], true));
+        let batch = Problem {
+            batch: Some(64),
+            dynamic_batch: true,
+            ..problem(128, 64, 128, Element::F32)
+        };
+        assert_eq!(batch.describe(), "?x128x64x128");
+        let c = chunks(&batch, 2, t).unwrap();
+        assert_eq!((c.sizes.clone(), c.by_threads), (vec![2, 0, 0], true));
+    }
+
+    #[test]
     fn avx512_register_tiles() {
         let t = choose_tiles(&problem(256, 512, 256, Element::F32), &avx512());
         assert_eq!((t.mr, t.nr, t.kc), (8, 32, None));
