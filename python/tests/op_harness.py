@@ -239,6 +239,9 @@ class Row:
     #: Ops the samples' graphs call beside the row's own, and why (a collective's
     #: ``wait_tensor``); None: the row's op only.
     companions: tuple[tuple[str, ...], str] | None = None
+    #: Samples (by id) whose graphs traced with symbolic sizes compile per size, and why;
+    #: the others compile into one kernel for every size.
+    per_size: dict[str, str] | None = None
 
 
 def one_rank_group() -> str:
@@ -313,7 +316,7 @@ def check_symbolic(row: Row, samples: Sequence[Sample]) -> int:
         gm = make_fx(fn, tracing_mode="symbolic")(*sample.inputs)
         try:
             plan = interchange.export(gm, "probe", interchange.Symbolic())
-            symbolic = bool(plan.document.get("symbols"))
+            symbolic = bool(plan.document.get("symbols")) and sample.id not in (row.per_size or {})
         except fxmlir.UnsupportedOpError as e:
             # A symbol the kernel cannot read (only an input's stride), or a size that is no
             # polynomial (a floor division): compiled per size.

@@ -7,9 +7,11 @@
 //! like any other.
 
 use super::softmax::{Normalise, softmax};
-use super::{LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout, products};
+use super::{
+    Emit, LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout, products,
+};
 use crate::error::Result;
-use crate::graph::{Arg, DType, Node};
+use crate::graph::{Arg, DType, Node, dims};
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
@@ -32,6 +34,28 @@ struct Slots {
     scale: usize,
 }
 
+/// The factor of the scores: given, or `1 / sqrt(E)` of a symbolic head size `E`, computed in
+/// the kernel.
+#[derive(Clone, Copy)]
+enum Scale {
+    Fixed(f64),
+    HeadSize(i64),
+}
+
+impl Scale {
+    /// The factor as a value of `dtype` in a body `b` builds.
+    fn value<'c, 'b>(self, b: &Emit<'c, 'b>, dtype: DType) -> Result<Value<'c, 'b>> {
+        match self {
+            Scale::Fixed(v) => b.constant(Scalar::Float(v), dtype),
+            Scale::HeadSize(e) => {
+                let size = elements::index_to_i64(b, b.size(e)?)?;
+                let size = b.convert(size, DType::Int64, dtype)?;
+                b.same("math.rsqrt", &[size])
+            }
+        }
+    }
+}
+
 /// `q` `[B, H, L, E]`, `k` `[B, Hkv, S, E]` and `v` `[B, Hkv, S, Ev]`, where `H` is a multiple
 /// of `Hkv` (grouped-query attention: query head `h` attends with key and value head
 /// `h / (H / Hkv)`), the additive `mask` (the query's dtype, broadcast to `[B, H, L, S]`),
@@ -42,7 +66,7 @@ struct Attention<'c, 'a> {
     v: Tensor<'c, 'a>,
     mask: Option<Tensor<'c, 'a>>,
     causal: bool,
-    scale: f64,
+    scale: Scale,
     batch: i64,
     heads: i64,
     kv_heads: i64,
@@ -71,10 +95,16 @@ impl<'c, 'a> Attention<'c, 'a> {
         let [batch, heads, l, e] = four(&q, "query")?;
         let [kb, kv_heads, s, ke] = four(&k, "key")?;
         let [vb, vh, vs, ev] = four(&v, "value")?;
+        if heads != kv_heads && (dims::is_symbolic(heads) || dims::is_symbolic(kv_heads)) {
+            return fail(format!(
+                "grouped-query attention over symbolic numbers of query and key heads is not supported (query {:?}, key {:?})",
+                q.shape, k.shape
+            ));
+        }
         if [kb, ke] != [batch, e]
             || [vb, vh, vs] != [batch, kv_heads, s]
             || kv_heads == 0
-            || heads % kv_heads != 0
+            || (heads != kv_heads && heads % kv_heads != 0)
         {
             return fail(format!(
                 "query {:?}, key {:?} and value {:?} do not fit: expected [B, H, L, E], [B, Hkv, S, E] and [B, Hkv, S, Ev] with H a multiple of Hkv",
@@ -99,8 +129,9 @@ impl<'c, 'a> Attention<'c, 'a> {
             }
         }
         let scale = match ctx.arg(node, at.scale)? {
-            Arg::None => 1.0 / (e as f64).sqrt(),
-            _ => ctx.float(node, at.scale)?,
+            Arg::None if dims::is_symbolic(e) => Scale::HeadSize(e),
+            Arg::None => Scale::Fixed(1.0 / (e as f64).sqrt()),
+            _ => Scale::Fixed(ctx.float(node, at.scale)?),
         };
         Ok(Attention {
             causal: ctx.bool(node, at.causal)?,
@@ -131,17 +162,20 @@ impl<'c, 'a> Attention<'c, 'a> {
     /// Products run over the batch and key heads together; the query rows of the heads that
     /// share a key head stack into one product with it, so no key or value is copied per
     /// query head.
-    fn bh(&self) -> i64 {
-        self.batch * self.kv_heads
+    fn bh(&self) -> Result<i64> {
+        dims::product(&[self.batch, self.kv_heads])
     }
 
-    fn rows(&self) -> i64 {
-        self.heads / self.kv_heads * self.l
+    fn rows(&self) -> Result<i64> {
+        if self.heads == self.kv_heads {
+            return Ok(self.l);
+        }
+        dims::product(&[self.heads / self.kv_heads, self.l])
     }
 
     /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`.
     fn stacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
-        self.batched(ctx, t, self.rows())
+        self.batched(ctx, t, self.rows()?)
     }
 
     /// `t` `[B, Hkv, S, X]` as `[B·Hkv, S, X]`.
@@ -157,7 +191,7 @@ impl<'c, 'a> Attention<'c, 'a> {
         rows: i64,
     ) -> Result<Tensor<'c, 'a>> {
         let last = *t.shape.last().unwrap_or(&1);
-        ctx.reshape(t, &[self.bh(), rows, last])
+        ctx.reshape(t, &[self.bh()?, rows, last])
     }
 
     /// The masked, scaled scores `q @ kᵀ * scale + mask` `[B, H, L, S]` in the accumulator
@@ -179,10 +213,7 @@ impl<'c, 'a> Attention<'c, 'a> {
             &shape,
             acc,
             |b, x| {
-                let mut score = b.same(
-                    "arith.mulf",
-                    &[x[0], b.constant(Scalar::Float(scale), acc)?],
-                )?;
+                let mut score = b.same("arith.mulf", &[x[0], scale.value(b, acc)?])?;
                 if let Some(&m) = x.get(1) {
                     score = b.same("arith.addf", &[score, m])?;
                 }
@@ -358,7 +389,7 @@ fn lower_flash_attention_backward<'c, 'a>(
             |b, x| {
                 let centred = b.same("arith.subf", &[x[1], x[2]])?;
                 let ds = b.same("arith.mulf", &[x[0], centred])?;
-                b.same("arith.mulf", &[ds, b.constant(Scalar::Float(scale), acc)?])
+                b.same("arith.mulf", &[ds, scale.value(b, acc)?])
             },
         )?,
         shape: shape.to_vec(),

@@ -138,6 +138,16 @@ fn lower_movement<'c, 'a>(
             if step <= 0 {
                 return fail(format!("slice step must be positive, got {step}"));
             }
+            if dims::is_symbolic(size) || dims::is_symbolic(start) || dims::is_symbolic(end) {
+                // Only the whole of a symbolic dimension (`x[:, :n]` of its `n` columns).
+                let whole = start == 0 && step == 1 && (end == size || end >= i64::MAX / 2);
+                if !whole {
+                    return fail(format!(
+                        "a slice [{start}:{end}:{step}] of a dimension of symbolic size is not supported"
+                    ));
+                }
+                return Ok(vec![x.value]);
+            }
             let clamp = |i: i64| (if i < 0 { i + size } else { i }).clamp(0, size);
             let (start, end) = (clamp(start), clamp(end));
             let len = if end > start {
@@ -158,16 +168,26 @@ fn lower_movement<'c, 'a>(
             let dim = sized_dim(ctx.int(node, 1)?, rank)?;
             let size = x.shape[dim];
             let index = ctx.int(node, 2)?;
-            let index = if index < 0 { index + size } else { index };
-            if index < 0 || index >= size {
+            if dims::is_symbolic(index) {
+                return fail("select at a symbolic index is not supported");
+            }
+            // A negative index counts from the end: of a symbolic size, a polynomial offset
+            // (tracing guards the size to hold the index).
+            let at = match (index < 0, dims::is_symbolic(size)) {
+                (true, true) => {
+                    dims::size_of(dims::poly_of(size).add(&dims::Poly::constant(index))?)
+                }
+                (true, false) => index + size,
+                (false, _) => index,
+            };
+            if !dims::is_symbolic(size) && (at < 0 || at >= size) {
                 return fail(format!(
-                    "index {} is out of range for dimension {dim} of size {size}",
-                    ctx.int(node, 2)?
+                    "index {index} is out of range for dimension {dim} of size {size}"
                 ));
             }
             let mut offsets = vec![0; rank];
             let mut sizes = x.shape.clone();
-            offsets[dim] = index;
+            offsets[dim] = at;
             sizes[dim] = 1;
             ctx.e.extract_slice(
                 x.value,

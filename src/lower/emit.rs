@@ -735,15 +735,32 @@ impl<'c, 'a> Emit<'c, 'a> {
             // (`x[4:]` of 4 rows, any slice of an empty tensor); the result holds nothing.
             return self.empty(result_shape, dtype);
         }
+        // A symbolic offset or size is dynamic (`i64::MIN`) in the static list, and an operand.
+        let fixed = |values: &[i64]| -> Vec<i64> {
+            values
+                .iter()
+                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
+                .collect()
+        };
+        let dynamic_offsets = self.symbolic_sizes(offsets)?;
+        let dynamic_sizes = self.symbolic_sizes(sizes)?;
+        let segments = format!(
+            "array<i32: 1, {}, {}, 0>",
+            dynamic_offsets.len(),
+            dynamic_sizes.len()
+        );
+        let mut operands = vec![source];
+        operands.extend(dynamic_offsets);
+        operands.extend(dynamic_sizes);
         let attrs = [
-            ("static_offsets", self.attr(&i64_array(offsets))?),
-            ("static_sizes", self.attr(&i64_array(sizes))?),
+            ("static_offsets", self.attr(&i64_array(&fixed(offsets)))?),
+            ("static_sizes", self.attr(&i64_array(&fixed(sizes)))?),
             ("static_strides", self.attr(&i64_array(strides))?),
-            ("operandSegmentSizes", self.attr("array<i32: 1, 0, 0, 0>")?),
+            ("operandSegmentSizes", self.attr(&segments)?),
         ];
         self.op1(
             "tensor.extract_slice",
-            &[source],
+            &operands,
             self.tensor_type(result_shape, dtype)?,
             &attrs,
         )

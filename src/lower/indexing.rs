@@ -129,14 +129,14 @@ fn bound<'c, 'b>(
     size: i64,
 ) -> Result<(Value<'c, 'b>, Value<'c, 'b>)> {
     let zero = b.index(0)?;
-    let n = b.index(size)?;
+    let n = b.size(size)?;
     let negative = b.cmpi("slt", i, zero)?;
     let shifted = b.same("arith.addi", &[i, n])?;
     let wrapped = b.select(negative, shifted, i)?;
     let above = b.cmpi("sge", wrapped, zero)?;
     let below = b.cmpi("slt", wrapped, n)?;
     let in_range = b.same("arith.andi", &[above, below])?;
-    let last = b.index(size - 1)?;
+    let last = b.same("arith.subi", &[n, b.index(1)?])?;
     let clamped = b.same("arith.minsi", &[wrapped, last])?;
     let clamped = b.same("arith.maxsi", &[clamped, zero])?;
     Ok((clamped, in_range))
@@ -215,12 +215,24 @@ fn check_index(t: &Tensor, what: &str) -> Result<()> {
 }
 
 /// Reports (see [`LowerCtx::report`]) whether an element of `indices` lies outside
-/// `[low, high)`.
-fn check_range(ctx: &LowerCtx, indices: &Tensor, low: i64, high: i64) -> Result<()> {
+/// `[0, size)`, or `[-size, size)` when `wrapping` (`size` may be symbolic).
+fn check_range(ctx: &LowerCtx, indices: &Tensor, wrapping: bool, size: i64) -> Result<()> {
     let dtype = indices.dtype;
     ctx.report_any(indices, |b, i| {
-        let below = b.cmpi("slt", i, b.constant(Scalar::Int(low), dtype)?)?;
-        let above = b.cmpi("sge", i, b.constant(Scalar::Int(high), dtype)?)?;
+        let high = b.op1(
+            "arith.index_cast",
+            &[b.size(size)?],
+            b.elem_type(dtype)?,
+            &[],
+        )?;
+        let zero = b.constant(Scalar::Int(0), dtype)?;
+        let low = if wrapping {
+            b.same("arith.subi", &[zero, high])?
+        } else {
+            zero
+        };
+        let below = b.cmpi("slt", i, low)?;
+        let above = b.cmpi("sge", i, high)?;
         b.same("arith.ori", &[below, above])
     })
 }
@@ -256,8 +268,7 @@ fn check_coords(
             let read = indices
                 .get(k)
                 .ok_or_else(|| internal("a coordinate names no index tensor"))?;
-            let low = if valid == Valid::Wrapping { -size } else { 0 };
-            check_range(ctx, &read.tensor, low, size)?;
+            check_range(ctx, &read.tensor, valid == Valid::Wrapping, size)?;
         }
     }
     Ok(())
@@ -412,7 +423,7 @@ fn embedding_bag<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
         ));
     }
     let (rows, width) = (weight.shape[0], weight.shape[1]);
-    check_range(ctx, &indices, 0, rows)?;
+    check_range(ctx, &indices, false, rows)?;
     let bags = offsets.shape[0] - i64::from(include_last_offset);
     let out = ctx.out(0)?.clone();
     check_shape(&out.shape, &[bags.max(0), width])?;
@@ -975,7 +986,7 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
             index.shape, x.shape
         ));
     }
-    check_range(ctx, &index, 0, x.shape[dim])?;
+    check_range(ctx, &index, false, x.shape[dim])?;
     for d in (0..x.rank()).filter(|&d| d != dim) {
         if index.shape[d] > x.shape[d] {
             return fail(format!(

@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 20] = [
+const DYNAMIC_OPS: [&str; 24] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -96,15 +96,20 @@ const DYNAMIC_OPS: [&str; 20] = [
     "aten.mm.default",
     "aten.bmm.default",
     "aten.addmm.default",
+    "aten.slice.Tensor",
+    "aten.select.int",
+    "aten.embedding.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
 ];
 
 /// Rows whose symbolic integer arguments (a view's or an expand's sizes) they never read:
 /// they take the result's shape from the graph's metadata.
-const SYMBOLIC_ARGUMENTS: [&str; 4] = [
+const SYMBOLIC_ARGUMENTS: [&str; 5] = [
     "aten.view.default",
     "aten._unsafe_view.default",
     "aten.reshape.default",
     "aten.expand.default",
+    "aten.slice.Tensor",
 ];
 
 /// A family file's registration function.
