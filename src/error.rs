@@ -116,6 +116,12 @@ impl Check {
         raised: Raised::RuntimeError,
         failure: "index out of range",
     };
+    /// Two sizes that must be equal differ at run time (symbolic sizes traced as unrelated
+    /// symbols: the lengths of an attention's keys and values).
+    pub const SIZE_MISMATCH: Check = Check {
+        raised: Raised::RuntimeError,
+        failure: "sizes that must be equal differ",
+    };
     /// An integer division or remainder by zero.
     pub const ZERO_DIVISION: Check = Check {
         raised: Raised::RuntimeError,

@@ -322,6 +322,11 @@ pub fn product(sizes: &[i64]) -> Result<i64> {
     Ok(size_of(out))
 }
 
+/// The sum of two sizes (markers included), as a size.
+pub fn sum(a: i64, b: i64) -> Result<i64> {
+    Ok(size_of(poly_of(a).add(&poly_of(b))?))
+}
+
 /// A size as the interchange writes it: an integer, or a polynomial's text.
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]

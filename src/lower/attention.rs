@@ -8,15 +8,20 @@
 
 use super::softmax::{Normalise, softmax};
 use super::{
-    Emit, LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout, products,
+    Checked, Emit, LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout,
+    products,
 };
-use crate::error::Result;
+use crate::error::{Check, Result};
 use crate::graph::{Arg, DType, Node, dims};
 use melior::ir::Value;
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(
+    r.add_checked(
         "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        Checked {
+            check: Check::SIZE_MISMATCH,
+            applies: |_| true,
+        },
         lower_flash_attention,
     );
     r.add(
@@ -95,6 +100,17 @@ impl<'c, 'a> Attention<'c, 'a> {
         let [batch, heads, l, e] = four(&q, "query")?;
         let [kb, kv_heads, s, ke] = four(&k, "key")?;
         let [vb, vh, vs, ev] = four(&v, "value")?;
+        // Keys and values traced with lengths of their own symbols (a cache per tensor) are
+        // checked to be as long when the kernel runs, and read as the keys' length.
+        let (v, vs) = if vs != s && (dims::is_symbolic(vs) || dims::is_symbolic(s)) {
+            let differ = ctx.e.cmpi("ne", ctx.e.size(s)?, ctx.e.size(vs)?)?;
+            ctx.report(differ)?;
+            let mut shape = v.shape.clone();
+            shape[2] = s;
+            (Tensor { shape, ..v }, s)
+        } else {
+            (v, vs)
+        };
         if heads != kv_heads && (dims::is_symbolic(heads) || dims::is_symbolic(kv_heads)) {
             return fail(format!(
                 "grouped-query attention over symbolic numbers of query and key heads is not supported (query {:?}, key {:?})",

@@ -139,14 +139,35 @@ fn lower_movement<'c, 'a>(
                 return fail(format!("slice step must be positive, got {step}"));
             }
             if dims::is_symbolic(size) || dims::is_symbolic(start) || dims::is_symbolic(end) {
-                // Only the whole of a symbolic dimension (`x[:, :n]` of its `n` columns).
-                let whole = start == 0 && step == 1 && (end == size || end >= i64::MAX / 2);
-                if !whole {
+                // A symbolic dimension from a fixed start to its end (`x[:, 2:]`, `x[:, -1:]`,
+                // `x[:, :n]` of its `n` columns): tracing guards the size to hold the start.
+                let to_end = end == size || end >= i64::MAX / 2;
+                if dims::is_symbolic(start) || step != 1 || !to_end {
                     return fail(format!(
                         "a slice [{start}:{end}:{step}] of a dimension of symbolic size is not supported"
                     ));
                 }
-                return Ok(vec![x.value]);
+                let (offset, len) = if start < 0 {
+                    (dims::sum(size, start)?, -start)
+                } else {
+                    (start, dims::sum(size, -start)?)
+                };
+                if len != out.shape[dim] {
+                    return fail(format!(
+                        "slice [{start}:] of a symbolic size gives {len} elements, the graph records {}",
+                        out.shape[dim]
+                    ));
+                }
+                let mut offsets = vec![0; rank];
+                offsets[dim] = offset;
+                return Ok(vec![ctx.e.extract_slice(
+                    x.value,
+                    &offsets,
+                    &out.shape,
+                    &vec![1; rank],
+                    &out.shape,
+                    x.dtype,
+                )?]);
             }
             let clamp = |i: i64| (if i < 0 { i + size } else { i }).clamp(0, size);
             let (start, end) = (clamp(start), clamp(end));
@@ -466,7 +487,7 @@ fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 
         let mut offsets = vec![0; rank];
         offsets[dim] = offset;
         acc = ctx.e.insert_slice(part.value, acc, &offsets, &part.shape)?;
-        offset += part.shape[dim];
+        offset = dims::sum(offset, part.shape[dim])?;
     }
     if offset != out.shape[dim] {
         return fail(format!(

@@ -735,29 +735,8 @@ impl<'c, 'a> Emit<'c, 'a> {
             // (`x[4:]` of 4 rows, any slice of an empty tensor); the result holds nothing.
             return self.empty(result_shape, dtype);
         }
-        // A symbolic offset or size is dynamic (`i64::MIN`) in the static list, and an operand.
-        let fixed = |values: &[i64]| -> Vec<i64> {
-            values
-                .iter()
-                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
-                .collect()
-        };
-        let dynamic_offsets = self.symbolic_sizes(offsets)?;
-        let dynamic_sizes = self.symbolic_sizes(sizes)?;
-        let segments = format!(
-            "array<i32: 1, {}, {}, 0>",
-            dynamic_offsets.len(),
-            dynamic_sizes.len()
-        );
-        let mut operands = vec![source];
-        operands.extend(dynamic_offsets);
-        operands.extend(dynamic_sizes);
-        let attrs = [
-            ("static_offsets", self.attr(&i64_array(&fixed(offsets)))?),
-            ("static_sizes", self.attr(&i64_array(&fixed(sizes)))?),
-            ("static_strides", self.attr(&i64_array(strides))?),
-            ("operandSegmentSizes", self.attr(&segments)?),
-        ];
+        let (mut operands, attrs) = self.slice_operands(offsets, sizes, strides, 1)?;
+        operands.insert(0, source);
         self.op1(
             "tensor.extract_slice",
             &operands,
@@ -766,7 +745,8 @@ impl<'c, 'a> Emit<'c, 'a> {
         )
     }
 
-    /// `tensor.insert_slice` of `source` into `dest` at static offsets with unit strides.
+    /// `tensor.insert_slice` of `source` into `dest` at `offsets` (symbolic ones included)
+    /// with unit strides.
     pub fn insert_slice(
         &self,
         source: Value<'c, 'a>,
@@ -779,21 +759,42 @@ impl<'c, 'a> Emit<'c, 'a> {
             return Ok(dest);
         }
         let ones = vec![1i64; sizes.len()];
+        let (mut operands, attrs) = self.slice_operands(offsets, sizes, &ones, 2)?;
+        operands.splice(0..0, [source, dest]);
+        self.op1("tensor.insert_slice", &operands, dest.r#type(), &attrs)
+    }
+
+    /// The dynamic operands (symbolic offsets, then symbolic sizes) and the attributes of a
+    /// slice op whose `leading` operands (source, destination) come first: a symbolic entry
+    /// is dynamic (`i64::MIN`) in its static list.
+    fn slice_operands(
+        &self,
+        offsets: &[i64],
+        sizes: &[i64],
+        strides: &[i64],
+        leading: usize,
+    ) -> Result<(Vec<Value<'c, 'a>>, [(&'static str, Attribute<'c>); 4])> {
+        let fixed = |values: &[i64]| -> Vec<i64> {
+            values
+                .iter()
+                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
+                .collect()
+        };
+        let dynamic_offsets = self.symbolic_sizes(offsets)?;
+        let dynamic_sizes = self.symbolic_sizes(sizes)?;
+        let lead = vec!["1"; leading].join(", ");
+        let segments = format!(
+            "array<i32: {lead}, {}, {}, 0>",
+            dynamic_offsets.len(),
+            dynamic_sizes.len()
+        );
         let attrs = [
-            ("static_offsets", self.attr(&i64_array(offsets))?),
-            ("static_sizes", self.attr(&i64_array(sizes))?),
-            ("static_strides", self.attr(&i64_array(&ones))?),
-            (
-                "operandSegmentSizes",
-                self.attr("array<i32: 1, 1, 0, 0, 0>")?,
-            ),
+            ("static_offsets", self.attr(&i64_array(&fixed(offsets)))?),
+            ("static_sizes", self.attr(&i64_array(&fixed(sizes)))?),
+            ("static_strides", self.attr(&i64_array(strides))?),
+            ("operandSegmentSizes", self.attr(&segments)?),
         ];
-        self.op1(
-            "tensor.insert_slice",
-            &[source, dest],
-            dest.r#type(),
-            &attrs,
-        )
+        Ok(([dynamic_offsets, dynamic_sizes].concat(), attrs))
     }
 
     /// `tensor.extract_slice` of `source` (of `shape`) at the dynamic position `at` of dimension

@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 24] = [
+const DYNAMIC_OPS: [&str; 25] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -100,6 +100,7 @@ const DYNAMIC_OPS: [&str; 24] = [
     "aten.select.int",
     "aten.embedding.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten.cat.default",
 ];
 
 /// Rows whose symbolic integer arguments (a view's or an expand's sizes) they never read:
