@@ -773,7 +773,7 @@ impl<'c, 'a> Emit<'c, 'a> {
         sizes: &[i64],
         strides: &[i64],
         leading: usize,
-    ) -> Result<(Vec<Value<'c, 'a>>, [(&'static str, Attribute<'c>); 4])> {
+    ) -> Result<(Vec<Value<'c, 'a>>, SliceAttributes<'c>)> {
         let fixed = |values: &[i64]| -> Vec<i64> {
             values
                 .iter()
@@ -996,6 +996,9 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1(name, &operands, self.tensor_type(shape, dtype)?, &attrs)
     }
 }
+
+/// The attributes of a slice op: its static offsets, sizes and strides and its operand segments.
+type SliceAttributes<'c> = [(&'static str, Attribute<'c>); 4];
 
 /// The groups of the dimensions of `long` whose sizes multiply, as polynomials, to each size
 /// of `short` in turn (sizes of one join the group before them, or the first); `None` if
