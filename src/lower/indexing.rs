@@ -21,7 +21,7 @@ use super::{
     Checked, Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim,
 };
 use crate::error::{Check, Result};
-use crate::graph::{Arg, DType, Node};
+use crate::graph::{Arg, DType, Node, dims};
 use melior::ir::{Value, ValueLike};
 
 #[derive(Clone, Copy)]
@@ -136,7 +136,11 @@ fn bound<'c, 'b>(
     let above = b.cmpi("sge", wrapped, zero)?;
     let below = b.cmpi("slt", wrapped, n)?;
     let in_range = b.same("arith.andi", &[above, below])?;
-    let last = b.same("arith.subi", &[n, b.index(1)?])?;
+    let last = if dims::is_symbolic(size) {
+        b.same("arith.subi", &[n, b.index(1)?])?
+    } else {
+        b.index(size - 1)?
+    };
     let clamped = b.same("arith.minsi", &[wrapped, last])?;
     let clamped = b.same("arith.maxsi", &[clamped, zero])?;
     Ok((clamped, in_range))

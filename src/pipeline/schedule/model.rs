@@ -3,7 +3,7 @@
 //! chunks. Pure arithmetic over shapes: no IR.
 
 use crate::target::Target;
-use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, largest_divisor_at_most};
+use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, MIN_PARALLEL_RIGHT_BYTES, largest_divisor_at_most};
 
 /// Element types the schedule handles; all three operands must agree, but for half-precision
 /// operands accumulating in f32 (scheduled as `F32`) and `Bf16Pairs`.
@@ -253,13 +253,18 @@ pub struct Chunks {
     pub by_threads: bool,
 }
 
-/// How to cut `p` across `threads`: the batch when it divides evenly; else the columns when
+/// How to cut `p` across `threads` (a product of enough multiply-adds, or one that streams a
+/// large right operand): the batch when it divides evenly; else the columns when
 /// the right operand is the larger one (each thread then streams only its share of it), else
 /// the rows; a dimension is only cut into whole vectors (columns) or at least eight rows.
 /// `None` for one thread, small products and shapes no such cut fits.
 pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
-    if threads < 2 || work.saturating_mul(p.batch.unwrap_or(1)) < MIN_PARALLEL_PRODUCT_WORK {
+    let right_bytes = p.k.saturating_mul(p.n).saturating_mul(p.element.bytes());
+    let streams = right_bytes >= MIN_PARALLEL_RIGHT_BYTES;
+    if threads < 2
+        || (work.saturating_mul(p.batch.unwrap_or(1)) < MIN_PARALLEL_PRODUCT_WORK && !streams)
+    {
         return None;
     }
     let lead = usize::from(p.batch.is_some());
