@@ -3727,7 +3727,11 @@ ROWS: list[Row] = [
                 [mk([5, 4], dt)],
                 lambda op, x: (*op(x, [2, 3]), *op(x, [1, 0, 3], 1), *op(x, [5])),
             ),
-            [("strided", TX(3, 4), lambda op, x: (*op(x, [1, 3], 1), *op(x, [2, 1])))],
+            [
+                ("strided", TX(3, 4), lambda op, x: (*op(x, [1, 3], 1), *op(x, [2, 1]))),
+                # Sizes computed from the input's (symbolic, traced so).
+                ("computed", X(5, 4), lambda op, x: (*op(x, [x.shape[0] - 2, 2]),)),
+            ],
         ),
         tol=EXACT,
     ),

@@ -511,18 +511,32 @@ fn split<'c, 'a>(
         Movement::SplitWithSizes => ctx.int_list(node, 1)?,
         _ => {
             let chunk = ctx.int(node, 1)?;
-            if chunk <= 0 && total > 0 {
+            if dims::is_symbolic(chunk) {
+                return fail("a split into chunks of symbolic size is not supported");
+            }
+            if chunk <= 0 && total != 0 {
                 return fail(format!("split size must be positive, got {chunk}"));
             }
-            let n = if total == 0 {
-                1
+            if dims::is_symbolic(total) {
+                // As many chunks as tracing counted (and guards): whole ones, then the rest.
+                let n = node.outputs.len() as i64;
+                let mut sizes = vec![chunk; node.outputs.len().saturating_sub(1)];
+                sizes.push(dims::sum(total, -(n - 1) * chunk)?);
+                sizes
             } else {
-                (total + chunk - 1) / chunk
-            };
-            (0..n).map(|i| chunk.min(total - i * chunk)).collect()
+                let n = if total == 0 {
+                    1
+                } else {
+                    (total + chunk - 1) / chunk
+                };
+                (0..n).map(|i| chunk.min(total - i * chunk)).collect()
+            }
         }
     };
-    if sizes.iter().sum::<i64>() != total || sizes.len() != node.outputs.len() {
+    let covered = sizes
+        .iter()
+        .try_fold(0, |sum, &size| dims::sum(sum, size))?;
+    if covered != total || sizes.len() != node.outputs.len() {
         return fail(format!(
             "split sizes {sizes:?} do not cover dimension {dim} of size {total}"
         ));
@@ -542,7 +556,7 @@ fn split<'c, 'a>(
             &shape,
             x.dtype,
         )?);
-        offset += size;
+        offset = dims::sum(offset, size)?;
     }
     Ok(results)
 }

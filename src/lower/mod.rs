@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 25] = [
+const DYNAMIC_OPS: [&str; 27] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -101,16 +101,20 @@ const DYNAMIC_OPS: [&str; 25] = [
     "aten.embedding.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten.cat.default",
+    "aten.split.Tensor",
+    "aten.split_with_sizes.default",
 ];
 
-/// Rows whose symbolic integer arguments (a view's or an expand's sizes) they never read:
-/// they take the result's shape from the graph's metadata.
-const SYMBOLIC_ARGUMENTS: [&str; 5] = [
+/// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
+/// end, a split's sizes) or never read (a view's or an expand's sizes: they take the result's
+/// shape from the graph's metadata).
+const SYMBOLIC_ARGUMENTS: [&str; 6] = [
     "aten.view.default",
     "aten._unsafe_view.default",
     "aten.reshape.default",
     "aten.expand.default",
     "aten.slice.Tensor",
+    "aten.split_with_sizes.default",
 ];
 
 /// A family file's registration function.
