@@ -120,8 +120,11 @@ def _decompositions(whole: frozenset[str]) -> dict[Any, Callable]:
 #: second call; beyond, its sizes change from call to call and compile in the background.
 STABLE_SIZES = 2
 
-#: Calls of one set of sizes after which a graph with a kernel for every size compiles one
-#: for those sizes alone (see ``config.specializations``).
+#: Calls in a row with one set of sizes after which a graph with a kernel for every size
+#: compiles one for those sizes alone (see ``config.specializations``). In a row: a server
+#: called with one batch size again and again gains, a decoder whose cache grows by one each
+#: call (``generate()``) never repeats a size in a row, and would gain nothing from a kernel
+#: for a length it meets once per generation.
 HOT_CALLS = 3
 
 
@@ -159,6 +162,9 @@ class GraphCompiler:
         self.queued: collections.OrderedDict[tuple, dict[Any, int]] = collections.OrderedDict()
         self.compiling: tuple[tuple, runtime.Compiling] | None = None
         self.failed: set[tuple] = set()
+        #: The sizes of the last call of the kernel for every size and how many calls in a row
+        #: had them (see :meth:`_hot`).
+        self.streak: tuple[tuple | None, int] = (None, 0)
         self.specializations = itertools.count()
         self.static: runtime.CompiledGraph | None = None
         #: The plan and the function that waits for its kernel, while it compiles.
@@ -345,11 +351,13 @@ class GraphCompiler:
 
     def _hot(self, key: tuple, args: list[Any]) -> None:
         """Counts a call of sizes ``key`` the kernel for every size serves; the
-        ``HOT_CALLS``-th call of sizes starts their own kernel's compile (on a thread of its
-        own with ``background``), for at most ``config.specializations`` sizes."""
-        self.seen[key] += 1
+        ``HOT_CALLS``-th call in a row of sizes starts their own kernel's compile (on a thread
+        of its own with ``background``), for at most ``config.specializations`` sizes."""
+        last, calls = self.streak
+        calls = calls + 1 if key == last else 1
+        self.streak = (key, calls)
         started = len(self.specialized) + len(self.queued) + (self.compiling is not None)
-        if self.seen[key] != HOT_CALLS or key in self.failed:
+        if calls != HOT_CALLS or key in self.failed:
             return
         if started >= config.specializations:
             return

@@ -133,7 +133,7 @@ class Config:
 
     #: How many sizes of a graph with a kernel for every size (``symbolic``) also get a kernel
     #: of their own, compiled for that size alone (parallel loops, tiled products): the first
-    #: sizes called ``HOT_CALLS`` times, compiled on a thread of their own (with
+    #: sizes called ``HOT_CALLS`` times in a row, compiled on a thread of their own (with
     #: ``background``) while the kernel for every size serves their calls
     #: (``FXMLIR_SPECIALIZATIONS``; ``0``: none).
     specializations: int = dataclasses.field(

@@ -170,11 +170,73 @@ def test_a_hot_size_gets_a_kernel_of_its_own_within_the_bound():
     compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)
     y = torch.randn(8)
     with fxmlir.config.patch(background=False, specializations=1):
-        # Size 5 is called three times (hot): it gets its own kernel; size 9 as often later,
-        # beyond the bound of one, keeps the kernel for every size.
-        for n in [5, 5, 7, 5, 5, 9, 9, 9, 9]:
+        # Sizes 5 and 7 alternate (no size three times in a row: no kernel of its own); then
+        # size 5 is called three times in a row (hot): it gets its own kernel; size 9 as
+        # often later, beyond the bound of one, keeps the kernel for every size.
+        for n in [5, 7, 5, 7, 5, 5, 5, 9, 9, 9, 9]:
             x = torch.randn(n, 8)
             torch.testing.assert_close(compiled(x, y), _elementwise(x, y))
     records = since(start)
     assert len(records) == 2
     assert "_s" in records[1].name
+
+
+def test_keys_and_values_of_different_lengths_are_a_runtime_error():
+    """Attention whose keys and values were traced with lengths of their own symbols (a KV
+    cache per tensor) runs while they are as long, and raises when they are not."""
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def fn(q, k, v):
+        return op(q, k, v)[0]
+
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 6, 8)
+    gm = make_fx(fn, tracing_mode="symbolic")(q, k, v)
+    with fxmlir.config.patch(fallback="error"):
+        compiled = fxmlir.compile_graph(gm, [q, k, v])
+        longer = torch.randn(1, 2, 6, 8)
+        torch.testing.assert_close(compiled([q, longer, v])[0], fn(q, longer, v))
+        with pytest.raises(RuntimeError, match="sizes that must be equal differ in node"):
+            compiled([q, k, v])
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_greedy_generation_decodes_on_kernels_for_every_size(family):
+    """``generate()`` with a KV cache: the prefill and the decode step each compile once for
+    the first call's sizes and once for every later size (Dynamo's automatic dynamic); the
+    tokens equal eager's for prompts of several lengths."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "llama":
+        config = transformers.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=100,
+            max_position_embeddings=128,
+        )
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=128, eos_token_id=None
+        )
+        model = transformers.GPT2LMHeadModel(config)
+    model.eval().generation_config.pad_token_id = 0
+    eager_forward = model.forward
+    compiled_forward = torch.compile(model.forward, backend="fxmlir")
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
+        for length in [5, 9, 3, 12]:
+            ids = torch.randint(1, 100, (1, length))
+            tokens = {}
+            for name, forward in (("eager", eager_forward), ("fxmlir", compiled_forward)):
+                model.forward = forward
+                tokens[name] = model.generate(
+                    ids, max_new_tokens=10, min_new_tokens=10, do_sample=False
+                )
+            assert torch.equal(tokens["fxmlir"], tokens["eager"]), length
+    records = _kernels(start)
+    # Prefill and decode: fixed sizes first, then one kernel for every size each.
+    assert len(records) == 4, records
+    assert sum(bool(r.symbols) for r in records) == 2, records

@@ -183,15 +183,41 @@ impl<'c, 'a> Attention<'c, 'a> {
     }
 
     fn rows(&self) -> Result<i64> {
-        if self.heads == self.kv_heads {
-            return Ok(self.l);
-        }
-        dims::product(&[self.heads / self.kv_heads, self.l])
+        dims::product(&[self.ratio(), self.l])
     }
 
-    /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`.
+    /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`, through `[B, Hkv, H / Hkv, L, X]`
+    /// (each step a reshape whose groups are products of whole sizes, also when `L` is
+    /// symbolic).
     fn stacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
-        self.batched(ctx, t, self.rows()?)
+        let ratio = self.ratio();
+        if ratio == 1 {
+            return self.batched(ctx, t, self.rows()?);
+        }
+        let [b, _, l, x] = four(t, "a stacked operand")?;
+        let split = ctx.reshape(t, &[b, self.kv_heads, ratio, l, x])?;
+        self.batched(ctx, &split, self.rows()?)
+    }
+
+    /// `t` `[B·Hkv, (H / Hkv)·L, X]` back as `[B, H, L, X]`, through `[B, Hkv, H / Hkv, L, X]`.
+    fn unstacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+        let x = *t.shape.last().unwrap_or(&1);
+        let whole = [self.batch, self.heads, self.l, x];
+        let ratio = self.ratio();
+        if ratio == 1 {
+            return ctx.reshape(t, &whole);
+        }
+        let split = ctx.reshape(t, &[self.batch, self.kv_heads, ratio, self.l, x])?;
+        ctx.reshape(&split, &whole)
+    }
+
+    /// Query heads per key head.
+    fn ratio(&self) -> i64 {
+        if self.heads == self.kv_heads {
+            1
+        } else {
+            self.heads / self.kv_heads
+        }
     }
 
     /// `t` `[B, Hkv, S, X]` as `[B·Hkv, S, X]`.
@@ -218,7 +244,7 @@ impl<'c, 'a> Attention<'c, 'a> {
         let kt = transposed(ctx, &self.per_key_head(ctx, &self.k)?)?;
         let product = products::contract(ctx, &q3, &kt, self.q.dtype)?;
         let shape = self.scores_shape();
-        let product = ctx.reshape(&product, &shape)?;
+        let product = self.unstacked(ctx, &product)?;
         let mut operands = vec![Operand::Tensor(product)];
         operands.extend(self.mask.clone().map(Operand::Tensor));
         let (scale, causal) = (self.scale, self.causal);
@@ -283,7 +309,7 @@ fn lower_flash_attention<'c, 'a>(
         dtype,
     )?;
     let attended = ctx.cast(&attended, dtype)?;
-    let output = ctx.reshape(&attended, &[a.batch, a.heads, a.l, a.ev])?;
+    let output = a.unstacked(ctx, &attended)?;
 
     // logsumexp = max + log(sum), 0 for a fully masked row (whose sum is 0).
     let stats_shape = probabilities.max.shape.clone();
@@ -389,7 +415,7 @@ fn lower_flash_attention_backward<'c, 'a>(
 
     let vt = transposed(ctx, &a.per_key_head(ctx, &a.v)?)?;
     let dp = products::contract(ctx, &grad3, &vt, acc)?;
-    let dp = ctx.reshape(&dp, &shape)?;
+    let dp = a.unstacked(ctx, &dp)?;
     let scale = a.scale;
     let ds = Tensor {
         value: ctx.elementwise(
@@ -415,9 +441,8 @@ fn lower_flash_attention_backward<'c, 'a>(
     let dq = products::contract(ctx, &ds3, &a.per_key_head(ctx, &a.k)?, acc)?;
     let dk = products::contract(ctx, &transposed(ctx, &ds3)?, &a.stacked(ctx, &a.q)?, acc)?;
 
-    let mut grads = Vec::new();
+    let mut grads = vec![a.unstacked(ctx, &ctx.cast(&dq, ctx.out(0)?.dtype)?)?.value];
     for (g, index, shape) in [
-        (dq, 0, [a.batch, a.heads, a.l, a.e]),
         (dk, 1, [a.batch, a.kv_heads, a.s, a.e]),
         (dv, 2, [a.batch, a.kv_heads, a.s, a.ev]),
     ] {
