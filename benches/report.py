@@ -258,9 +258,65 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 path,
             )
         )
+    lines += shapes_summary(results)
     if lines and lines[0]["metric"] == "quiet_machine" and not lines[0]["met"]:
         for line in lines[1:]:
             line["text"] += " [unreliable: the machine was busy]"
+    return lines
+
+
+def shapes_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars of the workloads whose shapes move: ``generate()``'s steady time per token and
+    first round against Inductor's and its kernels per graph; the encoder's passes against
+    Inductor's and its kernels."""
+    lines = []
+    gen = results.get("generate") or {}
+    for family in ("llama", "gpt2"):
+        r = gen.get(family)
+        if not r:
+            continue
+        fx, ind = r["fxmlir"], r["inductor"]
+        steady = ratio(fx["ms_per_token"], ind["ms_per_token"])
+        first = ratio(fx["first_round_ms"], ind["first_round_ms"])
+        lines += [
+            _line(
+                f"generate_{family}_steady",
+                f"generate() {family}: steady ms per token fxmlir/Inductor {steady:.2f}"
+                + ("" if fx["same_tokens"] else " (tokens differ from eager's)"),
+                "<= 1.0, tokens equal eager's",
+                steady <= 1.0 and fx["same_tokens"],
+                steady,
+            ),
+            _line(
+                f"generate_{family}_first",
+                f"generate() {family}: first round fxmlir/Inductor {first:.2f}",
+                "<= 0.5",
+                first <= 0.5,
+                first,
+            ),
+            _line(
+                f"generate_{family}_kernels",
+                f"generate() {family}: {fx['kernels']} kernels for {fx['graphs']} graphs",
+                "<= 2 per graph",
+                fx["kernels"] <= 2 * fx["graphs"],
+                fx["kernels"],
+            ),
+        ]
+    enc = results.get("batches")
+    if enc and "fxmlir" in enc:
+        fx, ind = enc["fxmlir"], enc["inductor"]
+        passes = [ratio(fx[f"{p}_pass_ms"], ind[f"{p}_pass_ms"]) for p in ("first", "second")]
+        lines.append(
+            _line(
+                "batches",
+                f"BERT over batch sizes: fxmlir/Inductor first pass {passes[0]:.2f}, second "
+                f"{passes[1]:.2f}, {fx['kernels']} kernels"
+                + ("" if fx["ok"] else " (outputs differ from eager's)"),
+                "both < 1.0, <= 2 kernels",
+                max(passes) < 1.0 and fx["kernels"] <= 2 and fx["ok"],
+                max(passes),
+            )
+        )
     return lines
 
 
@@ -510,6 +566,61 @@ def symbolic_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows) + [note, ""]
 
 
+def generate_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("generate")
+    if (lines := not_measured(r, "generate probe")) is not None:
+        return lines
+    rows = []
+    for family in ("llama", "gpt2"):
+        for name in ("eager", "inductor", "fxmlir"):
+            b = r[family][name]
+            kernels = (
+                f"{b['kernels']} for {b['graphs']} graphs ({b['symbolic']} for every size)"
+                if "kernels" in b
+                else "—"
+            )
+            rows.append(
+                [
+                    family,
+                    name,
+                    fmt(b["first_round_ms"], ".0f"),
+                    fmt(b["ms_per_token"], ".2f"),
+                    "yes" if b["same_tokens"] else "**no**",
+                    kernels,
+                ]
+            )
+    header = [
+        "model",
+        "backend",
+        "first round ms",
+        "steady ms per token",
+        "tokens equal eager's",
+        "fxmlir kernels",
+    ]
+    return table(header, rows)
+
+
+def batches_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("batches")
+    if (lines := not_measured(r, "batches probe")) is not None:
+        return lines
+    rows = []
+    for name in ("eager", "inductor", "fxmlir"):
+        b = r[name]
+        kernels = f"{b['kernels']} ({b['symbolic']} for every size)" if "kernels" in b else "—"
+        rows.append(
+            [
+                name,
+                fmt(b["first_pass_ms"], ".0f"),
+                fmt(b["second_pass_ms"], ".0f"),
+                "yes" if b["ok"] else "**no**",
+                kernels,
+            ]
+        )
+    header = ["backend", "first pass ms", "second pass ms", "matches eager", "fxmlir kernels"]
+    return table(header, rows) + [f"Batch sizes in order: {r['sizes']}.", ""]
+
+
 def cache_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for c in results.get("cache", []):
@@ -628,13 +739,30 @@ def markdown(results: dict[str, Any]) -> str:
             "Symbolic sizes: layer norm, softmax and GELU on (n, 64, 256), n over ten sizes",
             symbolic_table,
         ),
+        (
+            "generate(): greedy, 48 new tokens from prompts of 5, 12 and 20 tokens, KV cache",
+            generate_table,
+        ),
+        (
+            "BERT encoder (d = 256, 4 layers, 64 tokens), batch sizes 1..32 in random order",
+            batches_table,
+        ),
         ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
         ("Weights as graph inputs, hoisted, or constants", constants_table),
         ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
     ]
     for title, render in sections:
         out += [f"**{title}**", ""] + render(results)
-    probes = ("bandwidth", "overhead", "interleaved", "checks", "symbolic", "constants")
+    probes = (
+        "bandwidth",
+        "overhead",
+        "interleaved",
+        "checks",
+        "symbolic",
+        "generate",
+        "batches",
+        "constants",
+    )
     flagged = [k for k in probes if busy(results.get(k))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("cold"))]
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]

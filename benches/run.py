@@ -40,7 +40,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 #: Tasks besides the cases, in the order they run.
-EXPERIMENTS = ("overhead", "interleaved", "checks", "symbolic", "constants", "cache")
+EXPERIMENTS = (
+    "overhead",
+    "interleaved",
+    "checks",
+    "symbolic",
+    "generate",
+    "batches",
+    "constants",
+    "cache",
+)
 
 
 class Runner:
@@ -170,7 +179,7 @@ def main() -> int:
             results["bandwidth"] = runner.spawn("bandwidth")
         elif name in cases:
             results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
-        elif name in ("overhead", "interleaved", "checks", "symbolic"):
+        elif name in ("overhead", "interleaved", "checks", "symbolic", "generate", "batches"):
             results[name] = runner.spawn(name)
         elif name == "constants":
             # No disk cache: each variant is compiled several times and all must be real compiles.

@@ -5,7 +5,7 @@ and a crash costs one row only.
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
 Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``bandwidth``, ``overhead``,
-``interleaved``, ``checks``, ``symbolic``, ``constants``.
+``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``constants``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import compare  # noqa: E402
 import constants  # noqa: E402
 import measure  # noqa: E402
 import probes  # noqa: E402
+import shapes  # noqa: E402
 import torch  # noqa: E402
 from cases import all_cases  # noqa: E402
 
@@ -45,6 +46,10 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return probes.checks(budget_s, repeat)
     if kind == "symbolic":
         return probes.symbolic(budget_s, repeat)
+    if kind == "generate":
+        return shapes.generate(budget_s, repeat)
+    if kind == "batches":
+        return shapes.batches(budget_s, repeat)
     if kind == "constants":
         return constants.run(budget_s, repeat)
     raise ValueError(f"unknown task {task!r}")
