@@ -539,6 +539,8 @@ def full_samples(dt):
                 op([4], vals[0], dtype=dt),
             ),
         ),
+        # Sizes and a value read off an input's sizes (symbolic when traced so).
+        S("sized", [mk([5, 3], dt)], lambda op, x: (op([x.shape[0], 2], x.shape[1], dtype=dt),)),
     ]
 
 
@@ -578,7 +580,10 @@ def full_like_samples(dt):
 
 def scalar_tensor_samples(dt):
     vals = fill_values(dt)
-    return [S("values", [], lambda op: tuple(op(v, dtype=dt) for v in vals))]
+    return [
+        S("values", [], lambda op: tuple(op(v, dtype=dt) for v in vals)),
+        S("sized", [mk([5], dt)], lambda op, x: (op(x.shape[0], dtype=dt),)),
+    ]
 
 
 def scalar_tensor_mixed():
@@ -587,7 +592,8 @@ def scalar_tensor_mixed():
 
 def const_samples(dt):
     return [
-        S("shapes", [], lambda op: (op([2, 3], dtype=dt), op([], dtype=dt), op([0, 4], dtype=dt)))
+        S("shapes", [], lambda op: (op([2, 3], dtype=dt), op([], dtype=dt), op([0, 4], dtype=dt))),
+        S("sized", [mk([5, 3], dt)], lambda op, x: (op([x.shape[0], x.shape[1] + 1], dtype=dt),)),
     ]
 
 
@@ -1565,7 +1571,14 @@ def arange_samples(dt):
     else:
         calls = [(0, 10, 1), (-5, 20, 3), (10, -10, -4), (0.5, 5, 1), (-0.5, 5, 1.5), (3, 3, 1)]
         calls += [(2**40, 2**40 + 10, 3)] if dt == i64 else []
-    return [S("values", [], lambda op: tuple(op(*c, dtype=dt) for c in calls))]
+    sized = lambda op, x: (  # noqa: E731
+        op(x.shape[0], x.shape[0] + x.shape[1], 1, dtype=dt),
+        op(x.shape[1], 3 * x.shape[1], 2, dtype=dt),
+    )
+    return [
+        S("values", [], lambda op: tuple(op(*c, dtype=dt) for c in calls)),
+        S("sized", [mk([5, 3], dt)], sized),
+    ]
 
 
 def arange_mixed():
@@ -1598,7 +1611,8 @@ def empty_samples(dt):
                 op([0, 4], dtype=dt),
                 op([2, 3, 4, 5], dtype=dt, memory_format=torch.channels_last),
             ),
-        )
+        ),
+        S("sized", [mk([5, 3], dt)], lambda op, x: (op([x.shape[0], x.shape[1] * 2], dtype=dt),)),
     ]
 
 
@@ -1614,7 +1628,8 @@ def empty_strided_samples(dt):
                 op([3], [2], dtype=dt),
                 op([], [], dtype=dt),
             ),
-        )
+        ),
+        S("sized", [mk([5, 3], dt)], lambda op, x: (op([x.shape[0], 3], [3, 1], dtype=dt),)),
     ]
 
 
@@ -1630,7 +1645,8 @@ def empty_permuted_samples(dt):
                 op([4, 0, 3], [2, 0, 1], dtype=dt),
                 op([], [], dtype=dt),
             ),
-        )
+        ),
+        S("sized", [mk([5, 3], dt)], lambda op, x: (op([x.shape[0], 3], [1, 0], dtype=dt),)),
     ]
 
 

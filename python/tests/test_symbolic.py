@@ -129,6 +129,27 @@ def test_batched_products_with_a_symbolic_batch_and_rows():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
+def test_creations_from_symbolic_sizes_compile_once():
+    """Positions counted on from a cache's length and tensors filled with a size, as models
+    compute them in their forward (``arange(past, past + n)``, ``full(..., past)``): the start,
+    the end and the fill value are symbolic, computed when the kernel runs."""
+
+    def fn(x, cache):
+        past, n = cache.shape[0], x.shape[0]
+        positions = torch.arange(past, past + n)
+        steps = torch.arange(0, 2 * n, 2, dtype=torch.float32)
+        count = torch.full((n, 1), past, dtype=torch.float32)
+        return torch.cat([cache, x * positions[:, None] + steps[:, None] - count])
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error"):
+        for n, past in [(3, 5), (7, 2), (4, 31), (12, 9)]:
+            x, cache = torch.randn(n, 6), torch.randn(past, 6)
+            torch.testing.assert_close(compiled(x, cache), fn(x, cache))
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
 def test_graphs_with_other_ops_compile_per_size(caplog):
     def fn(x):
         return torch.cumsum(torch.softmax(x * 2, dim=-1), dim=0)
@@ -141,14 +162,36 @@ def test_graphs_with_other_ops_compile_per_size(caplog):
     assert "compiles per size" in caplog.text
 
 
-def test_a_size_used_as_a_value_compiles_per_size():
-    def fn(x):
-        return x * x.shape[0] + 1
+def test_a_size_used_as_a_value_compiles_once():
+    """A size as an elementwise op's scalar is computed when the kernel runs, and promotes as
+    the Python int would (an int64 tensor stays int64, a float32 one float32)."""
+
+    def fn(x, i):
+        n = x.shape[0]
+        return x * n + 1, (i + n) // 2, x / (n - 1)
 
     compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
-    for n in [3, 5, 8]:
-        x = torch.randn(n, 2)
-        torch.testing.assert_close(compiled(x), fn(x))
+    start = latest()
+    with fxmlir.config.patch(fallback="error"):
+        for n in [3, 5, 8, 13]:
+            x, i = torch.randn(n, 2), torch.arange(n)
+            for got, expected in zip(compiled(x, i), fn(x, i), strict=True):
+                torch.testing.assert_close(got, expected)
+                assert got.dtype == expected.dtype
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_a_size_where_only_a_number_is_supported_compiles_per_size(caplog):
+    def fn(x):
+        return torch.clamp(x, max=x.shape[0])
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    with caplog.at_level(logging.INFO, logger="fxmlir"):
+        for n in [3, 5, 3]:
+            x = torch.randn(n, 4) * 10
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert "is the symbolic size s" in caplog.text
+    assert "only a fixed number is supported" in caplog.text
 
 
 def test_training_step_with_a_dynamic_batch():

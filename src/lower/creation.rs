@@ -3,6 +3,7 @@
 //! (what `empty_like` decomposes to). Shape and dtype
 //! come from the node's recorded output.
 
+use super::loops::reuse;
 use super::{Iter, LowerCtx, Registry, Scalar, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node};
@@ -47,7 +48,8 @@ fn lower_empty<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, _node: &Node) -> Result<Vec<V
 /// `arange(start, end, step)`: element i is `start + step * i`, computed as PyTorch's CPU
 /// kernel does in the dtype's `acc_type` (double for float32 and float64, float for the
 /// halves, int64 for integers, the scalars converted to it first: a float start truncates for
-/// an integer dtype) and then cast to the output dtype. The length is the recorded shape's.
+/// an integer dtype) and then cast to the output dtype. The length is the recorded shape's;
+/// the start and step may be symbolic sizes (`arange(past, past + n)` over a cache's length).
 /// (PyTorch's vectorised loop adds `step * k` to a base already rounded to the output dtype,
 /// so float results can differ from this by an ulp.)
 fn lower_arange<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
@@ -58,13 +60,13 @@ fn lower_arange<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<V
             out.shape
         ));
     }
-    let start = ctx.scalar(node, 0)?;
-    let step = ctx.scalar(node, 2)?;
     let acc = match out.dtype {
         DType::Float16 | DType::Bfloat16 => DType::Float32,
         DType::Float32 | DType::Float64 => DType::Float64,
         _ => DType::Int64,
     };
+    let start = ctx.scalar_value(node, 0, acc)?;
+    let step = ctx.scalar_value(node, 2, acc)?;
     let init = ctx.e.empty(&out.shape, out.dtype)?;
     let results = ctx.e.generic(
         &[],
@@ -75,15 +77,13 @@ fn lower_arange<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<V
             let i = b.op1("linalg.index", &[], b.ty("index")?, &[("dim", dim)])?;
             let i = b.op1("arith.index_cast", &[i], b.elem_type(DType::Int64)?, &[])?;
             let i = b.convert(i, DType::Int64, acc)?;
-            let start = b.constant(start, acc)?;
-            let step = b.constant(step, acc)?;
             let (mul, add) = if acc.is_float() {
                 ("arith.mulf", "arith.addf")
             } else {
                 ("arith.muli", "arith.addi")
             };
-            let offset = b.same(mul, &[step, i])?;
-            let v = b.same(add, &[start, offset])?;
+            let offset = b.same(mul, &[reuse(step), i])?;
+            let v = b.same(add, &[reuse(start), offset])?;
             Ok(vec![b.convert(v, acc, out.dtype)?])
         },
     )?;
@@ -97,14 +97,8 @@ fn lower_fill<'c, 'a>(
 ) -> Result<Vec<Value<'c, 'a>>> {
     let out = ctx.out(0)?.clone();
     let value = match fill {
-        FillValue::Arg(i) => ctx.scalar(node, i)?,
-        FillValue::Const(v) => Scalar::Float(v),
+        FillValue::Arg(i) => ctx.scalar_value(node, i, out.dtype)?,
+        FillValue::Const(v) => ctx.e.constant(Scalar::Float(v), out.dtype)?,
     };
-    // The literal is converted through its own kind so that e.g. `full(…, 1e10, dtype=int32)`
-    // wraps as PyTorch does instead of saturating.
-    let value = match (value, out.dtype.is_float()) {
-        (Scalar::Float(f), false) if f.fract() == 0.0 => Scalar::Int(f as i64),
-        (v, _) => v,
-    };
-    Ok(vec![ctx.e.splat(&out.shape, out.dtype, value)?])
+    Ok(vec![ctx.e.fill(&out.shape, out.dtype, value)?])
 }

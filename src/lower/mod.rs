@@ -107,7 +107,7 @@ const DYNAMIC_OPS: [&str; 27] = [
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
 /// end, a split's sizes) or never read (a view's or an expand's sizes: they take the result's
-/// shape from the graph's metadata).
+/// shape from the graph's metadata). So do the rows of `SYMBOLIC_ARGUMENT_FAMILIES`.
 const SYMBOLIC_ARGUMENTS: [&str; 6] = [
     "aten.view.default",
     "aten._unsafe_view.default",
@@ -116,6 +116,12 @@ const SYMBOLIC_ARGUMENTS: [&str; 6] = [
     "aten.slice.Tensor",
     "aten.split_with_sizes.default",
 ];
+
+/// Families whose rows take symbolic numbers: a creation's sizes (never read) and values, an
+/// elementwise op's scalars (`arange(n) + past`), read with [`LowerCtx::operand`] or
+/// [`LowerCtx::scalar_value`] (a row that reads one with [`LowerCtx::scalar`] fails, and its
+/// graph compiles per size).
+const SYMBOLIC_ARGUMENT_FAMILIES: [&str; 2] = ["creation", "elementwise"];
 
 /// A family file's registration function.
 type Register = fn(&mut Registry);
@@ -201,7 +207,7 @@ impl Registry {
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
         // The families whose rows take symbolic sizes.
-        const DYNAMIC: [&str; 2] = ["elementwise", "reduction"];
+        const DYNAMIC: [&str; 3] = ["elementwise", "reduction", "creation"];
         let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
@@ -503,11 +509,18 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         }
     }
 
-    /// A tensor or a Python scalar.
+    /// A tensor or a Python scalar; a symbolic size (see [`crate::graph::dims`]) is an `int64`
+    /// 0-d tensor computed from the kernel's arguments, which promotes as the scalar would.
     pub fn operand(&self, node: &Node, index: usize) -> Result<Operand<'c, 'a>> {
         let arg = self.arg(node, index)?;
         if let Some(t) = self.tensor_of(arg)? {
             return Ok(Operand::Tensor(t));
+        }
+        if let Arg::Int(size) = arg
+            && crate::graph::dims::is_symbolic(*size)
+        {
+            let value = self.scalar_value(node, index, DType::Int64)?;
+            return Ok(Operand::Tensor(self.scalar_tensor(value, DType::Int64)?));
         }
         scalar_of(arg).map(Operand::Scalar).ok_or_else(|| {
             lowering_error(format!(
@@ -517,10 +530,59 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         })
     }
 
+    /// A 0-d tensor holding `value` (a scalar of `dtype`).
+    pub fn scalar_tensor(&self, value: Value<'c, 'a>, dtype: DType) -> Result<Tensor<'c, 'a>> {
+        let ty = self.e.tensor_type(&[], dtype)?;
+        Ok(Tensor {
+            value: self.e.op1("tensor.from_elements", &[value], ty, &[])?,
+            shape: vec![],
+            dtype,
+        })
+    }
+
+    /// A number argument; a symbolic size is an error (rows that take one read it with
+    /// [`LowerCtx::operand`] or [`LowerCtx::scalar_value`]).
     pub fn scalar(&self, node: &Node, index: usize) -> Result<Scalar> {
-        scalar_of(self.arg(node, index)?).ok_or_else(|| {
+        let arg = self.arg(node, index)?;
+        if let Arg::Int(size) = arg
+            && crate::graph::dims::is_symbolic(*size)
+        {
+            return fail(format!(
+                "{} is the symbolic size {}, where only a fixed number is supported (compile \
+                 the graph for fixed sizes)",
+                Self::arg_name(node, index),
+                crate::graph::dims::poly_of(*size)
+            ));
+        }
+        scalar_of(arg).ok_or_else(|| {
             lowering_error(format!("{} must be a number", Self::arg_name(node, index)))
         })
+    }
+
+    /// Scalar argument `index` as a value of `dtype`: a constant, or, for a symbolic size (a
+    /// value Dynamo traced from sizes, say a cache's length), computed from the kernel's
+    /// arguments (see [`Emit::size`]). A whole float becomes an integer first, so that
+    /// `full(…, 1e10, dtype=int32)` wraps as PyTorch does instead of saturating.
+    pub fn scalar_value(&self, node: &Node, index: usize, dtype: DType) -> Result<Value<'c, 'a>> {
+        match self.arg(node, index)? {
+            Arg::Int(size) if crate::graph::dims::is_symbolic(*size) => {
+                let size = self.e.size(*size)?;
+                let int64 = self.e.elem_type(DType::Int64)?;
+                let size = self.e.op1("arith.index_cast", &[size], int64, &[])?;
+                self.e.convert(size, DType::Int64, dtype)
+            }
+            arg => match (
+                scalar_of(arg).ok_or_else(|| {
+                    lowering_error(format!("{} must be a number", Self::arg_name(node, index)))
+                })?,
+                dtype.is_float(),
+            ) {
+                (Scalar::Float(f), false) if f.fract() == 0.0 => {
+                    self.e.constant(Scalar::Int(f as i64), dtype)
+                }
+                (value, _) => self.e.constant(value, dtype),
+            },
+        }
     }
 
     pub fn int(&self, node: &Node, index: usize) -> Result<i64> {
@@ -772,7 +834,10 @@ fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
             "its lowering does not take symbolic sizes (compile the graph for fixed sizes)",
         );
     }
-    if node.args.iter().any(symbolic) && !SYMBOLIC_ARGUMENTS.contains(&node.target.as_str()) {
+    if node.args.iter().any(symbolic)
+        && !SYMBOLIC_ARGUMENT_FAMILIES.contains(&lowering.family)
+        && !SYMBOLIC_ARGUMENTS.contains(&node.target.as_str())
+    {
         return fail(
             "a symbolic size as an argument is not supported (compile the graph for fixed sizes)",
         );

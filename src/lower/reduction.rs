@@ -256,17 +256,7 @@ fn divisor<'c, 'a>(
         "arith.maximumf",
         &[less, e.constant(Scalar::Float(0.0), dtype)?],
     )?;
-    let value = e.op1(
-        "tensor.from_elements",
-        &[kept],
-        e.tensor_type(&[], dtype)?,
-        &[],
-    )?;
-    Ok(super::Operand::Tensor(Tensor {
-        value,
-        shape: vec![],
-        dtype,
-    }))
+    Ok(super::Operand::Tensor(ctx.scalar_tensor(kept, dtype)?))
 }
 
 /// Two-pass variance: the mean, then the mean squared deviation with `correction`.
