@@ -35,7 +35,7 @@ _TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 POOLED_OUTPUT_BYTES = 1 << 20
 
 #: How many times a compiled graph builds its C++ check of the arguments (see
-#: `CompiledGraph._checked`). Building one costs about what checking in Python does (170 µs
+#: :class:`Checks`). Building one costs about what checking in Python does (170 µs
 #: for 213 tensors), so arguments that keep changing how they look (two layouts in turn)
 #: stop rebuilding it after this many.
 MAX_GUARDS = 8
@@ -101,6 +101,41 @@ class InputSpec:
         return value
 
 
+class Checks:
+    """The checks of a kernel's arguments (one :class:`InputSpec` each). A model passes every
+    weight on every call (213 tensors for mobilenet_v3_small), and checking each in Python
+    costs about 0.5 µs, a fifth of that model's call. So the arguments that last passed the
+    checks are remembered as Dynamo's C++ tensor check (`TensorGuards`: dispatch keys, dtype,
+    device, requires_grad, sizes and strides, each exactly as they were; 74 ns a tensor), and
+    arguments it accepts are not checked again. It is stricter than the checks in Python (a
+    size-1 dimension's stride, requires_grad), so an argument it rejects is checked in
+    Python, which accepts it or raises the error naming it; accepted, it becomes the new
+    check, at most `MAX_GUARDS` times. Building one costs about a check in Python, so the
+    first arguments to pass are only checked: a kernel for every size has checks per size, and
+    a decoder meets most sizes once."""
+
+    __slots__ = ("graph", "specs", "guard", "built", "passed")
+
+    def __init__(self, graph: str, specs: list[InputSpec]):
+        self.graph = graph
+        self.specs = specs
+        #: Dynamo's C++ tensor check, how many times it was built, and whether arguments
+        #: passed the checks in Python before.
+        self.guard: Any = None
+        self.built = 0
+        self.passed = False
+
+    def __call__(self, values: Sequence[Any]) -> None:
+        if self.guard is not None and self.guard.check(*values):
+            return
+        for spec, value in zip(self.specs, values):
+            spec.check(self.graph, value)
+        if self.passed and self.built < MAX_GUARDS:
+            self.built += 1
+            self.guard = _guard(values)
+        self.passed = True
+
+
 class CompiledGraph:
     """A callable running one exported graph; ``kernel`` is None when no output needs code."""
 
@@ -127,50 +162,25 @@ class CompiledGraph:
             for i, (size, (shape, strides, dtype)) in enumerate(zip(sizes, outputs))
         ]
 
-        # The kernel's arguments, picked from the call's in one C call.
-        picks = [spec.arg for spec in self.inputs]
-        self.pick: Callable[[Sequence[Any]], Sequence[Any]] = (
-            operator.itemgetter(*picks) if len(picks) > 1 else lambda args: [args[i] for i in picks]
-        )
+        self.pick = _picker([spec.arg for spec in self.inputs])
         #: What runs the kernel's collectives (its calls back into Python), if it has any.
         self.host = (
             collectives.HostCalls(doc, kernel.host_calls)
             if kernel is not None and kernel.host_calls
             else None
         )
-        #: Dynamo's C++ tensor check, built from the last arguments that passed the checks in
-        #: Python (see :meth:`_checked`), and how many times it was built.
-        self.guard: Any = None
-        self.guards_built = 0
+        self.checks = Checks(self.name, self.inputs)
 
     @property
     def timings(self) -> list[tuple[str, float]]:
         return self.kernel.timings if self.kernel is not None else []
-
-    def _checked(self, values: Sequence[Any]) -> None:
-        """Checks the kernel's arguments. A model passes every weight on every call (213
-        tensors for mobilenet_v3_small), and checking each in Python costs about 0.5 µs, a
-        fifth of that model's call. So the arguments that last passed the checks below are
-        remembered as Dynamo's C++ tensor check (`TensorGuards`: dispatch keys, dtype, device,
-        requires_grad, sizes and strides, each exactly as they were; 74 ns a tensor), and
-        arguments it accepts are not checked again. It is stricter than the checks here (a
-        size-1 dimension's stride, requires_grad), so an argument it rejects is checked here,
-        which accepts it or raises the error naming it; accepted, it becomes the new check, at
-        most `MAX_GUARDS` times."""
-        if self.guard is not None and self.guard.check(*values):
-            return
-        for spec, value in zip(self.inputs, values):
-            spec.check(self.name, value)
-        if self.guards_built < MAX_GUARDS:
-            self.guards_built += 1
-            self.guard = _guard(values)
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
         if self.kernel is None:
             results: list[Any] = []
         else:
             values = self.pick(args)
-            self._checked(values)
+            self.checks(values)
             pointers = list(map(torch.Tensor.data_ptr, values))
             results = [allocate() for allocate in self.allocators]
             pointers.extend(t.data_ptr() for t in results)
@@ -217,15 +227,16 @@ class DynamicGraph(CompiledGraph):
                     if size == symbol
                 )
             )
-        picks = plan.input_args
-        self.pick = lambda args: [args[i] for i in picks]
+        self.pick = _picker(plan.input_args)
         self.host = collectives.HostCalls(doc, kernel.host_calls) if kernel.host_calls else None
         #: Input checks and output allocators by sizes, the most recent last.
-        self.layouts: dict[tuple[int, ...], tuple[list[InputSpec], list[Callable]]] = {}
+        self.layouts: dict[tuple[int, ...], tuple[Checks, list[Callable]]] = {}
 
-    def sizes_of(self, args: Sequence[Any]) -> tuple[int, ...]:
-        """The values of the kernel's size symbols in a call with ``args``."""
-        values = self.pick(args)
+    def sizes_of(self, args: Sequence[Any], values: Sequence[Any] | None = None) -> tuple[int, ...]:
+        """The values of the kernel's size symbols in a call with ``args`` (whose kernel
+        arguments are ``values``, if picked already)."""
+        if values is None:
+            values = self.pick(args)
         try:
             return tuple(values[k].shape[d] for k, d in self.readers)
         except (AttributeError, IndexError):
@@ -233,15 +244,15 @@ class DynamicGraph(CompiledGraph):
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
         values = self.pick(args)
-        sizes = self.sizes_of(args)
+        sizes = self.sizes_of(args, values)
         layout = self.layouts.get(sizes)
         if layout is None:
             layout = self._layout(sizes)
-        specs, allocators = layout
-        for spec, value in zip(specs, values):
-            spec.check(self.name, value)
+        checks, allocators = layout
+        checks(values)
         results = [allocate() for allocate in allocators]
-        pointers = [t.data_ptr() for t in values] + [t.data_ptr() for t in results]
+        pointers = list(map(torch.Tensor.data_ptr, values))
+        pointers.extend(t.data_ptr() for t in results)
         self.kernel.run(pointers, self.host, list(sizes))
         return self._outputs(args, results, list(sizes))
 
@@ -259,7 +270,7 @@ class DynamicGraph(CompiledGraph):
                 return CallError(f"{where}: compiled for {rank} dimensions, got {value.dim()}")
         return CallError(f"graph `{self.name}`: the sizes cannot be read off the arguments")
 
-    def _layout(self, sizes: tuple[int, ...]) -> tuple[list[InputSpec], list[Callable]]:
+    def _layout(self, sizes: tuple[int, ...]) -> tuple[Checks, list[Callable]]:
         """The checks of the inputs and the allocators of the outputs at ``sizes`` (the kernel
         says the layouts, or raises a ``CallError`` for a size outside its range); the last
         ``MAX_LAYOUTS`` are kept."""
@@ -284,8 +295,9 @@ class DynamicGraph(CompiledGraph):
                 allocators.append(allocate)
         if len(self.layouts) >= MAX_LAYOUTS:
             self.layouts.pop(next(iter(self.layouts)))
-        self.layouts[sizes] = (specs, allocators)
-        return specs, allocators
+        layout = (Checks(self.name, specs), allocators)
+        self.layouts[sizes] = layout
+        return layout
 
     def _named(self, sizes: list[int]) -> str:
         return ", ".join(f"{s}={v}" for s, v in zip(self.kernel.symbols, sizes))
@@ -317,7 +329,7 @@ class ExecutedGraph(CompiledGraph):
 
     def __call__(self, args: Sequence[Any]) -> list[Any]:
         values = list(self.pick(args)) if self.inputs else []
-        self._checked(values)
+        self.checks(values)
         results = [allocate() for allocate in self.allocators]
         try:
             self.run(values, results)
@@ -379,6 +391,13 @@ EXECUTED_LIMIT = 128
 #: Executor-built graphs by what they were built from (the executor and its plugin's key, the
 #: target and the graph): an identical graph reuses its callable.
 _executed: dict[tuple, Callable[[list[Any], list[Any]], None]] = {}
+
+
+def _picker(picks: list[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """What picks a kernel's arguments (the call's arguments at ``picks``), in one C call."""
+    if len(picks) > 1:
+        return operator.itemgetter(*picks)
+    return lambda args: [args[i] for i in picks]
 
 
 def _guard(values: Sequence[torch.Tensor]) -> Any:
