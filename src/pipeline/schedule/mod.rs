@@ -161,7 +161,7 @@ mod tests {
         // One thread, small products and shapes with no even cut stay whole.
         assert_eq!(chunks(&problem(64, 512, 512, Element::F32), 1, t), None);
         assert_eq!(chunks(&problem(16, 16, 16, Element::F32), 2, t), None);
-        assert_eq!(chunks(&problem(7, 4096, 1000, Element::F32), 2, t), None);
+        assert_eq!(chunks(&problem(7, 4096, 1000, Element::F32), 1, t), None);
         // The threshold: 2^19 multiply-adds stay whole, 2^20 are cut; a batch counts.
         assert_eq!(chunks(&problem(64, 128, 64, Element::F32), 2, t), None);
         assert!(chunks(&problem(64, 128, 128, Element::F32), 2, t).is_some());
@@ -170,6 +170,14 @@ mod tests {
             ..problem(32, 32, 32, Element::F32)
         };
         assert_eq!(chunks(&attention, 2, t), None);
+        // Products streaming their right operand with too few rows to cut: equal columns,
+        // not whole vectors (688 = 2 x 344, 7 rows of 1000 columns), when the columns divide
+        // evenly.
+        let c = chunks(&problem(1, 256, 688, Element::F32), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![0, 344]);
+        let c = chunks(&problem(7, 4096, 1000, Element::F32), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![0, 500]);
+        assert_eq!(chunks(&problem(1, 256, 687, Element::F32), 2, t), None);
     }
 
     #[test]

@@ -256,7 +256,8 @@ pub struct Chunks {
 /// How to cut `p` across `threads` (a product of enough multiply-adds, or one that streams a
 /// large right operand): the batch when it divides evenly; else the columns when
 /// the right operand is the larger one (each thread then streams only its share of it), else
-/// the rows; a dimension is only cut into whole vectors (columns) or at least eight rows.
+/// the rows; a dimension is only cut into whole vectors (columns; any equal widths of a vector
+/// or more for a streaming product) or at least eight rows.
 /// `None` for one thread, small products and shapes no such cut fits.
 pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
@@ -299,10 +300,13 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
         );
     }
     let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
-    let by_columns = (p.n % threads == 0 && (p.n / threads) % lanes == 0).then(|| {
-        let n = p.n / threads;
-        cut(lead + 1, n, Problem { n, ..*p }, false)
-    });
+    let columns = |fits: bool| {
+        fits.then(|| {
+            let n = p.n / threads;
+            cut(lead + 1, n, Problem { n, ..*p }, false)
+        })
+    };
+    let by_columns = columns(p.n % threads == 0 && (p.n / threads) % lanes == 0);
     if p.dynamic_rows {
         let m = (p.m / threads).max(1);
         return by_columns.unwrap_or_else(|| by_threads(lead, Problem { m, ..*p }));
@@ -311,9 +315,13 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
         let m = p.m / threads;
         cut(lead, m, Problem { m, ..*p }, false)
     });
+    // A product that streams its right operand with too few rows to cut (a matrix-vector
+    // product, bound by memory) takes equal column chunks of any width of a vector or more
+    // (688 columns: 344 each, the tiles ending in narrower ones): each thread streams half.
+    let streaming = columns(streams && p.n % threads == 0 && p.n / threads >= lanes);
     if p.n >= p.m {
-        by_columns.or(by_rows).flatten()
+        by_columns.or(by_rows).or(streaming).flatten()
     } else {
-        by_rows.or(by_columns).flatten()
+        by_rows.or(by_columns).or(streaming).flatten()
     }
 }
