@@ -72,3 +72,32 @@ func.func @batch(%a: tensor<?x?x64xf32>, %b: tensor<?x64x128xf32>) -> tensor<?x?
   %r = linalg.batch_matmul ins(%a, %b : tensor<?x?x64xf32>, tensor<?x64x128xf32>) outs(%f : tensor<?x?x128xf32>) -> tensor<?x?x128xf32>
   return %r : tensor<?x?x128xf32>
 }
+
+// -----
+
+// A product whose reduction is symbolic (`p @ v` over a growing cache) stays on the scalar
+// path, cut into one chunk of the batch per thread: its operands are then slices, so the
+// fusion stage cannot pull the softmax producing `p` into its loops (which recomputed each
+// `exp` once per column).
+// CHECK-LABEL: func.func @symbolic_reduction(
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x1x?xf32>, tensor<2x?x64xf32>) outs(%{{.*}} : tensor<2x1x64xf32>)
+func.func @symbolic_reduction(%p: tensor<4x1x?xf32>, %v: tensor<4x?x64xf32>) -> tensor<4x1x64xf32> {
+  %e = tensor.empty() : tensor<4x1x64xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x1x64xf32>) -> tensor<4x1x64xf32>
+  %r = linalg.batch_matmul ins(%p, %v : tensor<4x1x?xf32>, tensor<4x?x64xf32>) outs(%f : tensor<4x1x64xf32>) -> tensor<4x1x64xf32>
+  return %r : tensor<4x1x64xf32>
+}
+
+// -----
+
+// Symbolic columns and one row (`q @ kᵀ` of a decode step): the columns in a chunk per
+// thread, their size computed at run time.
+// CHECK-LABEL: func.func @symbolic_columns(
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x64xf32>, tensor<64x?xf32>) outs(%{{.*}} : tensor<1x?xf32>)
+func.func @symbolic_columns(%q: tensor<1x64xf32>, %k: tensor<64x?xf32>, %out: tensor<1x?xf32>) -> tensor<1x?xf32> {
+  %r = linalg.matmul ins(%q, %k : tensor<1x64xf32>, tensor<64x?xf32>) outs(%out : tensor<1x?xf32>) -> tensor<1x?xf32>
+  return %r : tensor<1x?xf32>
+}

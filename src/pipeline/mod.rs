@@ -129,7 +129,14 @@ impl Hook {
     fn finish(&self, context: &Context, module: &mut Module, target: &Target) -> Result<()> {
         match self {
             Hook::Schedule => {
-                transform::detach(module, &[schedule::CONTRACTION_TAG, schedule::EPILOGUE_TAG]);
+                transform::detach(
+                    module,
+                    &[
+                        schedule::CONTRACTION_TAG,
+                        schedule::EPILOGUE_TAG,
+                        schedule::SCALAR_PRODUCT_TAG,
+                    ],
+                );
                 let flattened = pairs::flatten_reads(context, module)?;
                 tracing::debug!(reads = flattened, "reads of bf16 pairs flattened");
             }

@@ -23,7 +23,7 @@ mod script;
 
 use isolate::{isolate, merge_identical};
 pub use model::Element;
-use plan::plan_products;
+use plan::{plan_products, scalar_products};
 use script::emit;
 
 use super::chains;
@@ -37,6 +37,8 @@ use std::collections::HashMap;
 pub const CONTRACTION_TAG: &str = "fxmlir.contraction";
 /// Discardable attribute naming the elementwise consumer fused into a contraction's tile loop.
 pub const EPILOGUE_TAG: &str = "fxmlir.epilogue";
+/// Discardable attribute naming a product left to the scalar path, cut into thread chunks.
+pub const SCALAR_PRODUCT_TAG: &str = "fxmlir.scalar_product";
 
 /// Tags the contractions of `module` (and their fused epilogues) and appends the transform
 /// schedule that tiles and vectorises them. Returns how many contractions it scheduled. A module
@@ -51,12 +53,16 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
         "elementwise ops folded into the chains after products"
     );
     let mut planned = plan_products(module, target);
+    let scalar = scalar_products(module, target.threads as i64);
     let mut tags: HashMap<usize, (&str, i64)> = HashMap::new();
     for (id, p) in planned.iter().enumerate() {
         tags.insert(p.op, (CONTRACTION_TAG, id as i64));
         if let Some(e) = p.epilogue {
             tags.insert(e, (EPILOGUE_TAG, id as i64));
         }
+    }
+    for (id, p) in scalar.iter().enumerate() {
+        tags.insert(p.op, (SCALAR_PRODUCT_TAG, id as i64));
     }
     tag(module, &tags);
     let moved = isolate(context, module, &planned)?;
@@ -71,7 +77,12 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
         merged = merged.len(),
         "contractions moved into functions of their own, identical ones merged"
     );
-    append_script(context, module, &emit(&planned, &merged)?, "schedule")?;
+    append_script(
+        context,
+        module,
+        &emit(&planned, &merged, &scalar)?,
+        "schedule",
+    )?;
     Ok(planned.len() - merged.len())
 }
 

@@ -3,7 +3,7 @@
 
 use super::model::*;
 use crate::pipeline::ir::maps::elementwise_maps;
-use crate::pipeline::ir::ops::{op_name, raw_value, tensor_shape, tensor_sizes};
+use crate::pipeline::ir::ops::{op_name, raw_value, tensor_dims, tensor_shape, tensor_sizes};
 use crate::target::Target;
 use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, SYMBOLIC_PLANNING_SIZE};
 use melior::ir::{
@@ -107,6 +107,62 @@ pub(super) struct OpInfo {
     /// its function: such a product is not cut into thread chunks, the loop around it is
     /// already one.
     in_loop: bool,
+}
+
+/// A product the schedule leaves to the scalar path although its sizes are symbolic (its
+/// columns or reduction: `q @ kᵀ` and `p @ v` over a growing cache): only cut into one chunk
+/// per thread (see `script::emit_scalar_product`), which also keeps the fusion stage from
+/// pulling elementwise producers into its loops (a softmax's `exp` recomputed per column).
+pub(super) struct ScalarProduct {
+    pub(super) op: usize,
+    /// The dimension cut: the first of the batch, rows and columns that has a chunk per
+    /// thread (symbolic, or at least as large as the thread count), else the first not of
+    /// size 1.
+    pub(super) cut: usize,
+    /// The threads it is cut for, one chunk each; `None` to cut it into slices of one, in a
+    /// loop (one thread, or too few to cut).
+    pub(super) threads: Option<i64>,
+    /// Loops of the contraction (batch, rows, columns, reduction).
+    pub(super) loops: usize,
+}
+
+/// The products the schedule leaves to the scalar path although their sizes are symbolic.
+pub(super) fn scalar_products(module: &Module, threads: i64) -> Vec<ScalarProduct> {
+    let mut found = Vec::new();
+    module.as_operation().walk(WalkOrder::PreOrder, |op| {
+        let batched = match op_name(&op).as_str() {
+            "linalg.batch_matmul" => true,
+            "linalg.matmul" => false,
+            _ => return WalkResult::Advance,
+        };
+        let in_function = op
+            .parent_operation()
+            .is_some_and(|parent| op_name(&parent) == "func.func");
+        let Some(result) = op.operand(2).ok().and_then(tensor_dims) else {
+            return WalkResult::Advance;
+        };
+        let dims: Vec<_> = op.operands().filter_map(tensor_dims).collect();
+        let symbolic = dims.iter().any(|d| d.contains(&None));
+        // MLIR's tiling crashes on an operand with no elements (nothing to cut anyway).
+        let empty = dims.iter().any(|d| d.contains(&Some(0)));
+        if in_function && symbolic && !empty && contraction_problem(&op, batched).is_none() {
+            // The first parallel dimension with a chunk per thread, else one not of size 1.
+            let chunked = (threads > 1)
+                .then(|| (0..result.len()).find(|&d| result[d].is_none_or(|size| size >= threads)))
+                .flatten();
+            let sliced = || (0..result.len()).find(|&d| result[d] != Some(1));
+            if let Some(cut) = chunked.or_else(sliced) {
+                found.push(ScalarProduct {
+                    op: op.to_raw().ptr as usize,
+                    cut,
+                    threads: chunked.map(|_| threads),
+                    loops: result.len() + 1,
+                });
+            }
+        }
+        WalkResult::Advance
+    });
+    found
 }
 
 /// The problem of a `linalg.matmul` / `linalg.batch_matmul`, if the schedule handles it.

@@ -3,7 +3,7 @@
 
 use super::model::*;
 use super::plan::*;
-use super::{CONTRACTION_TAG, EPILOGUE_TAG};
+use super::{CONTRACTION_TAG, EPILOGUE_TAG, SCALAR_PRODUCT_TAG};
 use crate::error::{Error, Result};
 use crate::pipeline::transform::{ANY, handles, list, script};
 use crate::tuning::{PAIR_LANES, largest_divisor_at_most};
@@ -567,16 +567,45 @@ pub(super) fn emit_vectorize(
 
 /// The whole schedule as a module holding `@__transform_main`, for the planned contractions
 /// but those `merged` into an identical one's function.
-pub(super) fn emit(planned: &[PlannedProduct], merged: &[i64]) -> Result<String> {
+pub(super) fn emit(
+    planned: &[PlannedProduct],
+    merged: &[i64],
+    scalar: &[ScalarProduct],
+) -> Result<String> {
+    let unformattable = |_| Error::PassPipeline {
+        pipeline: "schedule".to_string(),
+        message: "cannot format the transform schedule".to_string(),
+    };
     let mut body = String::new();
     for (id, p) in planned.iter().enumerate() {
         if merged.contains(&(id as i64)) {
             continue;
         }
-        emit_one(&mut body, id, p).map_err(|_| Error::PassPipeline {
-            pipeline: "schedule".to_string(),
-            message: "cannot format the transform schedule".to_string(),
-        })?;
+        emit_one(&mut body, id, p).map_err(unformattable)?;
+    }
+    for (id, p) in scalar.iter().enumerate() {
+        emit_scalar_product(&mut body, id, p).map_err(unformattable)?;
     }
     Ok(script(&body))
+}
+
+/// Cuts a product left to the scalar path (see [`ScalarProduct`]) along a parallel
+/// dimension: into one `scf.forall` chunk per thread, or slices of one in an `scf.for`.
+fn emit_scalar_product(out: &mut String, id: usize, p: &ScalarProduct) -> std::fmt::Result {
+    let mut sizes = vec![0; p.loops];
+    sizes[p.cut] = p.threads.unwrap_or(1);
+    let (how, tiling) = match p.threads {
+        Some(_) => ("one chunk per thread", "tile_using_forall"),
+        None => ("slices of one", "tile_using_for"),
+    };
+    let sizes = match p.threads {
+        Some(_) => format!("num_threads {}", list(&sizes)),
+        None => format!("tile_sizes {}", list(&sizes)),
+    };
+    writeln!(
+        out,
+        "    %s{id} = transform.structured.match attributes {{{SCALAR_PRODUCT_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"scalar product (symbolic columns or reduction): dimension {} in {how}\")
+    %st{id}, %sl{id} = transform.structured.{tiling} %s{id} {sizes} : ({ANY}) -> ({ANY}, {ANY})",
+        p.cut
+    )
 }
