@@ -13,8 +13,11 @@
 //! (one per column tile) as each block begins, and small-`m` products walk columns outermost. Rows or columns that no good tile divides (a prime row count, 1000
 //! columns) are split into a main part of full tiles and one narrower tile. A single
 //! elementwise consumer (bias, activation) is tiled with the product and fused into its tile
-//! loop, so the product never reaches memory. Everything else (other dtypes, dynamic shapes,
-//! transposed matmul variants) keeps the scalar path.
+//! loop, so the product never reaches memory. Symbolic rows and batches are planned at
+//! `SYMBOLIC_PLANNING_SIZE` with the row loop peeled. Everything else (other dtypes, symbolic
+//! columns or reductions, transposed matmul variants) keeps the scalar path; one with symbolic
+//! sizes is cut into a chunk per thread (`plan::ScalarProduct`), which also keeps the fusion
+//! stage from fusing producers into its loops.
 
 mod isolate;
 mod model;
