@@ -71,6 +71,28 @@ def test_linear_layers_become_dot_products(tmp_path):
     assert "@llvm.x86.avx512bf16.dpbf16ps.512" in llvm
 
 
+def test_symbolic_rows_compile_one_kernel_of_dot_products(tmp_path):
+    """With ``dynamic=True`` the rows are symbolic: one kernel serves every row count, its
+    products dot products whose register tile rows are peeled (full tiles, then single
+    rows), for counts that are and are not multiples of the tile."""
+    from records import latest, since
+
+    torch.manual_seed(0)
+    model = Mlp().to(torch.bfloat16).eval()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        for rows in [3, 17, 8, 64, 5]:
+            x = torch.randn(rows, 64, dtype=torch.bfloat16)
+            torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+    assert [bool(r.symbols) for r in since(start)] == [True]
+    targets, shapes, llvm = _kernel(tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == 2, targets
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in llvm
+    (script,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir")]
+    assert script.count("bf16 pairs") == 2 and script.count("rows peeled") == 2, script
+
+
 def test_changed_weights_are_packed_again(tmp_path):
     torch.manual_seed(0)
     model = Mlp().to(torch.bfloat16).eval()

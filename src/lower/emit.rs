@@ -80,6 +80,15 @@ fn size_text(d: i64) -> String {
     }
 }
 
+/// A static list of sizes for an op's attribute: a symbolic size is dynamic there
+/// (`i64::MIN`, MLIR's `ShapedType::kDynamic`), and an operand of the op.
+fn fixed(values: &[i64]) -> Vec<i64> {
+    values
+        .iter()
+        .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
+        .collect()
+}
+
 /// `memref<…>` with a strided layout unless the strides are the row-major ones.
 pub fn memref_type_text(shape: &[i64], strides: &[i64], dtype: DType) -> String {
     let dims = dims_text(shape);
@@ -774,12 +783,6 @@ impl<'c, 'a> Emit<'c, 'a> {
         strides: &[i64],
         leading: usize,
     ) -> Result<(Vec<Value<'c, 'a>>, SliceAttributes<'c>)> {
-        let fixed = |values: &[i64]| -> Vec<i64> {
-            values
-                .iter()
-                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
-                .collect()
-        };
         let dynamic_offsets = self.symbolic_sizes(offsets)?;
         let dynamic_sizes = self.symbolic_sizes(sizes)?;
         let lead = vec!["1"; leading].join(", ");
@@ -985,12 +988,7 @@ impl<'c, 'a> Emit<'c, 'a> {
         let mut attrs = vec![("reassociation", self.attr(reassociation)?)];
         let mut operands = vec![source];
         if let Some(out) = output_shape {
-            // A symbolic size is dynamic (`i64::MIN`) in the static list, and an operand.
-            let fixed: Vec<i64> = out
-                .iter()
-                .map(|&d| if dims::is_symbolic(d) { i64::MIN } else { d })
-                .collect();
-            attrs.push(("static_output_shape", self.attr(&i64_array(&fixed))?));
+            attrs.push(("static_output_shape", self.attr(&i64_array(&fixed(out)))?));
             operands.extend(self.symbolic_sizes(out)?);
         }
         self.op1(name, &operands, self.tensor_type(shape, dtype)?, &attrs)

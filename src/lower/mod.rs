@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 27] = [
+const DYNAMIC_OPS: [&str; 28] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -96,6 +96,7 @@ const DYNAMIC_OPS: [&str; 27] = [
     "aten.mm.default",
     "aten.bmm.default",
     "aten.addmm.default",
+    "fxmlir.mm_pairs.default",
     "aten.slice.Tensor",
     "aten.select.int",
     "aten.embedding.default",
@@ -1083,7 +1084,8 @@ pub fn lower_graph<'c>(
             )?;
         }
         block.append_operation(func::r#return(&[], func_loc));
-        sizes::resolve(context, &block, graph, func_loc)?;
+        let inputs: Vec<&[i64]> = graph.inputs.iter().map(|i| &i.meta.shape[..]).collect();
+        sizes::resolve(context, &block, graph, &inputs, func_loc)?;
         ctx.decompositions
     };
     let region = Region::new();

@@ -18,6 +18,7 @@ use melior::{
         Attribute, Block, BlockLike, Identifier, Location, OperationRef, Type, Value, ValueLike,
         attribute::{IntegerAttribute, StringAttribute},
         operation::{OperationBuilder, OperationLike, WalkOrder, WalkResult},
+        r#type::MemRefType,
     },
 };
 use mlir_sys::{mlirOperationDestroy, mlirValueReplaceAllUsesOfWith};
@@ -63,12 +64,15 @@ impl<'c, 'a> Prologue<'c, 'a> {
     }
 }
 
-/// Replaces the placeholders in the graph function whose entry block is `block` (its
-/// arguments: the graph's inputs first); an error if a symbol is no input's dimension.
+/// Replaces the placeholders in the function whose entry block is `block`: the graph
+/// function (its arguments: the graph's inputs first, memrefs) or a decomposition function
+/// (a node's tensor arguments), `arguments` the sizes of its first arguments; an error if a
+/// size uses a symbol that is none of their dimensions.
 pub(super) fn resolve<'c>(
     context: &'c Context,
     block: &Block<'c>,
     graph: &Graph,
+    arguments: &[&[i64]],
     location: Location<'c>,
 ) -> Result<()> {
     let mut placeholders = Vec::new();
@@ -98,17 +102,22 @@ pub(super) fn resolve<'c>(
     let mut symbols: HashMap<String, Value> = HashMap::new();
     for symbol in &graph.symbols {
         let marker = dims::size_of(Poly::symbol(&symbol.name));
-        let Some((i, d)) = graph.inputs.iter().enumerate().find_map(|(i, input)| {
-            let d = input.meta.shape.iter().position(|&s| s == marker)?;
+        let Some((i, d)) = arguments.iter().enumerate().find_map(|(i, shape)| {
+            let d = shape.iter().position(|&s| s == marker)?;
             Some((i, d))
         }) else {
             continue;
         };
         let argument: Value = block.argument(i).map_err(internal)?.into();
         let dim = prologue.constant(d as i64)?;
+        let read = if MemRefType::try_from(argument.r#type()).is_ok() {
+            "memref.dim"
+        } else {
+            "tensor.dim"
+        };
         symbols.insert(
             symbol.name.clone(),
-            prologue.op("memref.dim", &[argument, dim], &[])?,
+            prologue.op(read, &[argument, dim], &[])?,
         );
     }
     let mut computed: HashMap<String, Value> = HashMap::new();

@@ -123,6 +123,12 @@ pub(super) fn lower<'c, 'a>(
     }
     let results = results?;
     body.append_operation(func::r#return(&results, ctx.e.loc));
+    // Symbolic sizes in the decomposition are read off its own arguments.
+    let shapes: Vec<&[i64]> = refs
+        .iter()
+        .map(|r| Ok(&ctx.meta_of(r)?.shape[..]))
+        .collect::<Result<_>>()?;
+    super::sizes::resolve(ctx.e.context, body, ctx.graph, &shapes, ctx.e.loc)?;
     ctx.decompositions.push(Decomposition::Body {
         symbol: symbol(node),
         results: results.iter().map(|v| v.r#type()).collect(),

@@ -244,15 +244,15 @@ pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
     if op.operand_count() != 3 || op.result_count() != 1 || !(batched || maps == PAIR_MAPS) {
         return None;
     }
-    let (mut a, ta) = tensor_shape(op.operand(0).ok()?)?;
-    let (mut b, tb) = tensor_shape(op.operand(1).ok()?)?;
-    let (mut c, tc) = tensor_shape(op.operand(2).ok()?)?;
+    let (mut a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    let (mut b, tb) = tensor_sizes(op.operand(1).ok()?)?;
+    let (mut c, tc) = tensor_sizes(op.operand(2).ok()?)?;
     if (ta.as_str(), tb.as_str(), tc.as_str()) != ("bf16", "bf16", "f32") {
         return None;
     }
     let batch = if batched {
-        let lead = *a.first()?;
-        if b.first() != Some(&lead) || c.first() != Some(&lead) || lead <= 0 {
+        let lead = (*a.first()?)?;
+        if b.first() != Some(&Some(lead)) || c.first() != Some(&Some(lead)) || lead <= 0 {
             return None;
         }
         for shape in [&mut a, &mut b, &mut c] {
@@ -262,18 +262,22 @@ pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
     } else {
         None
     };
-    let (&[m, k, 2], &[k2, n, 2], &[m2, n2]) = (a.as_slice(), b.as_slice(), c.as_slice()) else {
+    // The rows may be symbolic (`None`, planned at `SYMBOLIC_PLANNING_SIZE`), the rest fixed.
+    let (&[m, Some(k), Some(2)], &[Some(k2), Some(n), Some(2)], &[m2, Some(n2)]) =
+        (a.as_slice(), b.as_slice(), c.as_slice())
+    else {
         return None;
     };
-    (k == k2 && m == m2 && n == n2 && m > 0 && n > 0 && k > 0).then_some(Problem {
+    let rows = m.unwrap_or(SYMBOLIC_PLANNING_SIZE);
+    (k == k2 && m == m2 && n == n2 && rows > 0 && n > 0 && k > 0).then_some(Problem {
         batch,
-        m,
+        m: rows,
         n,
         k,
         element: Element::Bf16Pairs,
         operand: "bf16",
         dynamic_batch: false,
-        dynamic_rows: false,
+        dynamic_rows: m.is_none(),
     })
 }
 
