@@ -317,7 +317,27 @@ def shapes_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 max(passes),
             )
         )
+    mem = results.get("memory")
+    if mem and "rss_mib" in mem:
+        rss = mem["rss_mib"]
+        full, last = rss[str(mem["full_after"])], rss[str(mem["graphs"])]
+        lines.append(
+            _line(
+                "memory",
+                f"RSS over {mem['graphs']} distinct graphs: {rss['100']:.0f} MiB after 100, "
+                f"{full:.0f} after {mem['full_after']}, {last:.0f} after {mem['graphs']} "
+                f"(at most {mem['kernels_kept']} kernels kept)",
+                f"grows < {MEMORY_SLACK_MIB} MiB once {mem['kernels_kept']} kernels are kept",
+                last - full < MEMORY_SLACK_MIB,
+                last - full,
+            )
+        )
     return lines
+
+
+#: The memory probe's bar: RSS read once more graphs than the kernels kept in memory have
+#: compiled, and after the last, differ by less than this (allocator noise, not kernels).
+MEMORY_SLACK_MIB = 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,6 +641,17 @@ def batches_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows) + [f"Batch sizes in order: {r['sizes']}.", ""]
 
 
+def memory_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("memory")
+    if (lines := not_measured(r, "memory probe")) is not None:
+        return lines
+    rows = [[n, fmt(v, ".1f")] for n, v in r["rss_mib"].items()]
+    return table(["graphs compiled", "RSS MiB"], rows) + [
+        f"At most {r['kernels_kept']} kernels kept in memory; {r['seconds']:.0f} s in all.",
+        "",
+    ]
+
+
 def cache_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for c in results.get("cache", []):
@@ -747,6 +778,10 @@ def markdown(results: dict[str, Any]) -> str:
             "BERT encoder (d = 256, 4 layers, 64 tokens), batch sizes 1..32 in random order",
             batches_table,
         ),
+        (
+            "Resident memory over 1,000 distinct small graphs, one process, no disk cache",
+            memory_table,
+        ),
         ("Compile cache: FXMLIR_CACHE_DIR cold, then warm", cache_table),
         ("Weights as graph inputs, hoisted, or constants", constants_table),
         ("fxmlir compile stages, ms summed over a case's graphs", stages_table),
@@ -761,6 +796,7 @@ def markdown(results: dict[str, Any]) -> str:
         "symbolic",
         "generate",
         "batches",
+        "memory",
         "constants",
     )
     flagged = [k for k in probes if busy(results.get(k))]

@@ -47,6 +47,7 @@ EXPERIMENTS = (
     "symbolic",
     "generate",
     "batches",
+    "memory",
     "constants",
     "cache",
 )
@@ -181,6 +182,9 @@ def main() -> int:
             results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
         elif name in ("overhead", "interleaved", "checks", "symbolic", "generate", "batches"):
             results[name] = runner.spawn(name)
+        elif name == "memory":
+            # No disk cache: every graph is a real compile.
+            results["memory"] = runner.spawn("memory", {"FXMLIR_CACHE_DIR": ""})
         elif name == "constants":
             # No disk cache: each variant is compiled several times and all must be real compiles.
             results["constants"] = runner.spawn("constants", {"FXMLIR_CACHE_DIR": ""})

@@ -159,3 +159,49 @@ def batches(budget_s: float, repeat: int | None) -> dict[str, Any]:
             if name == "fxmlir":
                 result[name] |= _kernels(first)
     return result
+
+
+#: The memory probe: distinct small graphs compiled in one process, and when RSS is read.
+MEMORY_GRAPHS, MEMORY_READS = 1000, (100, 600, 1000)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / (1 << 20)
+
+
+def memory(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """Resident memory while one process compiles ``MEMORY_GRAPHS`` distinct small graphs
+    (an elementwise chain on a vector of a different length each, run once and dropped): the
+    kernels kept in memory are bounded (``FXMLIR_MEMORY_CACHE_KERNELS``, least recently used
+    dropped first), so once that many have compiled RSS stops growing."""
+    import os
+
+    import fxmlir
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    del budget_s, repeat
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * 2 + 1) - x
+
+    bound = int(os.environ.get("FXMLIR_MEMORY_CACHE_KERNELS", "512"))
+    rss = {}
+    start = time.perf_counter()
+    with fxmlir.config.patch(background=False, fallback="error"):
+        for n in range(1, MEMORY_GRAPHS + 1):
+            x = torch.randn(n)
+            gm = make_fx(chain, tracing_mode="fake")(x)
+            compiled = fxmlir.compile_graph(gm, [x])
+            torch.testing.assert_close(compiled([x])[0], chain(x))
+            del compiled, gm
+            if n in MEMORY_READS:
+                rss[n] = _rss_mib()
+    return {
+        "graphs": MEMORY_GRAPHS,
+        "kernels_kept": bound,
+        # The first reading with more graphs compiled than kernels kept.
+        "full_after": next((n for n in MEMORY_READS if n > bound), MEMORY_GRAPHS),
+        "rss_mib": {str(n): v for n, v in rss.items()},
+        "seconds": time.perf_counter() - start,
+    }

@@ -50,6 +50,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return shapes.generate(budget_s, repeat)
     if kind == "batches":
         return shapes.batches(budget_s, repeat)
+    if kind == "memory":
+        return shapes.memory(budget_s, repeat)
     if kind == "constants":
         return constants.run(budget_s, repeat)
     raise ValueError(f"unknown task {task!r}")
