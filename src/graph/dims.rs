@@ -45,9 +45,16 @@ impl Poly {
 
     /// The symbol, if the polynomial is exactly one symbol.
     pub fn as_symbol(&self) -> Option<&str> {
+        self.as_scaled_symbol()
+            .and_then(|(symbol, c)| (c == 1).then_some(symbol))
+    }
+
+    /// The symbol and its coefficient, if the polynomial is one symbol times a constant
+    /// (`2*s0`).
+    pub fn as_scaled_symbol(&self) -> Option<(&str, i64)> {
         match self.0.iter().next() {
-            Some((monomial, 1)) if self.0.len() == 1 && monomial.len() == 1 => {
-                Some(monomial[0].as_str())
+            Some((monomial, &c)) if self.0.len() == 1 && monomial.len() == 1 => {
+                Some((monomial[0].as_str(), c))
             }
             _ => None,
         }

@@ -9,7 +9,7 @@ use super::loops::{fill_rows, for_loop, nth, reuse};
 use super::products::{contract, pair_product};
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, dims};
 use crate::tuning::{MIN_PARALLEL_WORK, largest_divisor_at_most};
 use melior::ir::Value;
 
@@ -260,14 +260,14 @@ fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
             a.shape
         ));
     };
-    if pairs.rank() != 3 || pairs.shape[2] != 2 || 2 * pairs.shape[0] != k {
+    // Sizes may be symbolic (markers): the reduction is twice the pairs' count as polynomials.
+    if pairs.rank() != 3 || pairs.shape[2] != 2 || dims::product(&[2, pairs.shape[0]])? != k {
         return fail(format!(
-            "mm_pairs: the right operand of a {m} x {k} left one must be {} x n x 2, got {:?}",
-            k / 2,
-            pairs.shape
+            "mm_pairs: the right operand of a left one of shape {:?} must be (k / 2) x n x 2, got {:?}",
+            a.shape, pairs.shape
         ));
     }
-    let a = ctx.reshape(&a, &[m, k / 2, 2])?;
+    let a = ctx.reshape(&a, &[m, pairs.shape[0], 2])?;
     let product = pair_product(ctx, &a, &pairs)?;
     Ok(vec![ctx.cast(&product, out.dtype)?.value])
 }

@@ -99,13 +99,21 @@ pub(super) fn resolve<'c>(
         location,
         index: Type::index(context),
     };
+    // Each symbol is read off a dimension that is that symbol alone, else one that is a
+    // multiple of it (`2*s0` in a decomposition whose arguments do not have `s0` alone: the
+    // division is exact).
     let mut symbols: HashMap<String, Value> = HashMap::new();
     for symbol in &graph.symbols {
-        let marker = dims::size_of(Poly::symbol(&symbol.name));
-        let Some((i, d)) = arguments.iter().enumerate().find_map(|(i, shape)| {
-            let d = shape.iter().position(|&s| s == marker)?;
-            Some((i, d))
-        }) else {
+        let found = |scaled: bool| {
+            arguments.iter().enumerate().find_map(|(i, shape)| {
+                shape.iter().enumerate().find_map(|(d, &s)| {
+                    let poly = dims::poly_of(s);
+                    let (name, c) = poly.as_scaled_symbol()?;
+                    (name == symbol.name && (c == 1 || (scaled && c > 1))).then_some((i, d, c))
+                })
+            })
+        };
+        let Some((i, d, c)) = found(false).or_else(|| found(true)) else {
             continue;
         };
         let argument: Value = block.argument(i).map_err(internal)?.into();
@@ -115,12 +123,15 @@ pub(super) fn resolve<'c>(
         } else {
             "tensor.dim"
         };
-        symbols.insert(
-            symbol.name.clone(),
-            prologue.op(read, &[argument, dim], &[])?,
-        );
+        let mut size = prologue.op(read, &[argument, dim], &[])?;
+        if c > 1 {
+            size = prologue.arith("arith.divui", size, prologue.constant(c)?)?;
+        }
+        symbols.insert(symbol.name.clone(), size);
     }
+    // Every value is computed before any placeholder goes: the anchor may be one.
     let mut computed: HashMap<String, Value> = HashMap::new();
+    let mut replacements = Vec::new();
     for raw in placeholders {
         // SAFETY: a live op of the function, collected above; each is replaced once.
         let placeholder = unsafe { OperationRef::from_raw(raw) };
@@ -139,10 +150,13 @@ pub(super) fn resolve<'c>(
             }
         };
         let result = placeholder.result(0).map_err(internal)?;
+        replacements.push((raw, result.to_raw(), value.to_raw()));
+    }
+    for (raw, result, value) in replacements {
         // SAFETY: both values are live, of type index; the placeholder has no other use and
         // is destroyed once its uses are replaced.
         unsafe {
-            mlirValueReplaceAllUsesOfWith(result.to_raw(), value.to_raw());
+            mlirValueReplaceAllUsesOfWith(result, value);
             mlirOperationDestroy(raw);
         }
     }
