@@ -249,11 +249,14 @@ def test_keys_and_values_of_different_lengths_are_a_runtime_error():
             compiled([q, k, v])
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["forward", "wrapped"])
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_greedy_generation_decodes_on_kernels_for_every_size(family):
+def test_greedy_generation_decodes_on_kernels_for_every_size(family, wrapped):
     """``generate()`` with a KV cache: the prefill and the decode step each compile once for
     the first call's sizes and once for every later size (Dynamo's automatic dynamic); the
-    tokens equal eager's for prompts of several lengths."""
+    tokens equal eager's for prompts of several lengths. Wrapped in a function that hides
+    ``forward``'s signature, ``generate()`` passes no cache positions and the model counts
+    them itself (``arange(n) + past``: symbolic numbers)."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if family == "llama":
@@ -275,6 +278,12 @@ def test_greedy_generation_decodes_on_kernels_for_every_size(family):
     model.eval().generation_config.pad_token_id = 0
     eager_forward = model.forward
     compiled_forward = torch.compile(model.forward, backend="fxmlir")
+    if wrapped:
+        compiled = compiled_forward
+
+        def compiled_forward(*args, **kwargs):
+            return compiled(*args, **kwargs)
+
     start = latest()
     with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
         for length in [5, 9, 3, 12]:
