@@ -52,11 +52,7 @@ impl Scale {
     fn value<'c, 'b>(self, b: &Emit<'c, 'b>, dtype: DType) -> Result<Value<'c, 'b>> {
         match self {
             Scale::Fixed(v) => b.constant(Scalar::Float(v), dtype),
-            Scale::HeadSize(e) => {
-                let size = elements::index_to_i64(b, b.size(e)?)?;
-                let size = b.convert(size, DType::Int64, dtype)?;
-                b.same("math.rsqrt", &[size])
-            }
+            Scale::HeadSize(e) => b.same("math.rsqrt", &[b.size_value(e, dtype)?]),
         }
     }
 }

@@ -581,6 +581,14 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1(SIZE_PLACEHOLDER, &[], self.ty("index")?, &[("size", size)])
     }
 
+    /// A size as a scalar of `dtype` (through `i64`): a constant, or for a symbolic size its
+    /// value computed from the kernel's arguments.
+    pub fn size_value(&self, d: i64, dtype: DType) -> Result<Value<'c, 'a>> {
+        let int64 = self.elem_type(DType::Int64)?;
+        let size = self.op1("arith.index_cast", &[self.size(d)?], int64, &[])?;
+        self.convert(size, DType::Int64, dtype)
+    }
+
     /// The values of the symbolic sizes of `shape`, in order (the dynamic operands of ops that
     /// make a tensor of that shape).
     fn symbolic_sizes(&self, shape: &[i64]) -> Result<Vec<Value<'c, 'a>>> {

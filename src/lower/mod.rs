@@ -567,17 +567,9 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
     pub fn scalar_value(&self, node: &Node, index: usize, dtype: DType) -> Result<Value<'c, 'a>> {
         match self.arg(node, index)? {
             Arg::Int(size) if crate::graph::dims::is_symbolic(*size) => {
-                let size = self.e.size(*size)?;
-                let int64 = self.e.elem_type(DType::Int64)?;
-                let size = self.e.op1("arith.index_cast", &[size], int64, &[])?;
-                self.e.convert(size, DType::Int64, dtype)
+                self.e.size_value(*size, dtype)
             }
-            arg => match (
-                scalar_of(arg).ok_or_else(|| {
-                    lowering_error(format!("{} must be a number", Self::arg_name(node, index)))
-                })?,
-                dtype.is_float(),
-            ) {
+            _ => match (self.scalar(node, index)?, dtype.is_float()) {
                 (Scalar::Float(f), false) if f.fract() == 0.0 => {
                     self.e.constant(Scalar::Int(f as i64), dtype)
                 }

@@ -241,13 +241,7 @@ fn divisor<'c, 'a>(
         )));
     }
     let e = &ctx.e;
-    let n = e.op1(
-        "arith.index_cast",
-        &[e.size(count)?],
-        e.elem_type(DType::Int64)?,
-        &[],
-    )?;
-    let n = e.convert(n, DType::Int64, dtype)?;
+    let n = e.size_value(count, dtype)?;
     let less = e.same(
         "arith.subf",
         &[n, e.constant(Scalar::Float(correction), dtype)?],
