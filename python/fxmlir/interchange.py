@@ -156,6 +156,25 @@ def evaluate(value: Any, bindings: dict[Any, int]) -> int | str:
     raise GraphError(f"expected an int or SymInt, got {type(value).__name__}")
 
 
+def is_size_float(node: torch.fx.Node) -> bool:
+    """Whether ``node`` computes a float from sizes in Python (``operator.truediv`` of two
+    sizes, ``sym_float``): the exporter evaluates it, like size arithmetic."""
+    val = node.meta.get("val")
+    return isinstance(val, (float, torch.SymFloat)) and not isinstance(
+        node.target, torch._ops.OpOverload
+    )
+
+
+def evaluate_float(value: torch.SymFloat, bindings: dict[Any, int], node: torch.fx.Node) -> float:
+    """A SymFloat's value under ``bindings``: a kernel for every size (:class:`Symbolic`
+    bindings) takes no symbolic float, nor does one whose float depends on more than sizes."""
+    expr = value.node.expr
+    result = expr if isinstance(bindings, Symbolic) else expr.xreplace(bindings)
+    if getattr(result, "free_symbols", None):
+        raise node_error(UnsupportedOpError, node, f": the symbolic float {expr} is not supported")
+    return float(result)
+
+
 def tensor_meta(t: torch.Tensor, bindings: dict[Any, int], whose: str) -> dict[str, Any]:
     if t.dtype not in DTYPES:
         raise UnsupportedOpError(f"{whose}: dtype {t.dtype} is not supported")
@@ -250,7 +269,7 @@ class Exporter:
         if isinstance(value, (int, torch.SymInt)):
             return {"int": evaluate(value, self.bindings)}
         if isinstance(value, torch.SymFloat):
-            raise node_error(UnsupportedOpError, node, ": symbolic floats are not supported")
+            value = evaluate_float(value, self.bindings, node)
         if isinstance(value, float):
             if math.isnan(value):
                 return {"float": "nan"}
@@ -333,6 +352,10 @@ class Exporter:
                     self.arg_index[node.name] = index
                 elif isinstance(val, (int, torch.SymInt)):
                     self.values[node.name] = self.scalar(val)
+                elif isinstance(val, (float, torch.SymFloat)):
+                    # A number the graph's caller computes from sizes (a resize's scale):
+                    # written as its value for this binding (see `encode`).
+                    self.values[node.name] = val
                 else:
                     raise UnsupportedOpError(
                         f"input `{node.name}` of type {type(val).__name__} is not supported"
@@ -364,6 +387,10 @@ class Exporter:
                 if isinstance(val, (int, torch.SymInt)):
                     # Size arithmetic (sym_size, mul of sizes, ...) is evaluated here.
                     self.values[node.name] = self.scalar(val)
+                    continue
+                if is_size_float(node):
+                    # A ratio of sizes (a resize's scale): evaluated where it is used.
+                    self.values[node.name] = val
                     continue
                 if not isinstance(node.target, torch._ops.OpOverload):
                     raise node_error(

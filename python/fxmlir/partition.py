@@ -20,7 +20,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import lowerings
 from ._fxmlir import FxmlirError, UnsupportedOpError
-from .interchange import DTYPES, source_line, target_name
+from .interchange import DTYPES, is_size_float, source_line, target_name
 
 log = logging.getLogger("fxmlir")
 
@@ -93,7 +93,7 @@ def _reason(node: torch.fx.Node) -> str | None:
         source = node.args[0]
         return None if isinstance(source, torch.fx.Node) else "getitem of a non-node"
     val = node.meta.get("val")
-    if isinstance(val, (int, torch.SymInt)):
+    if isinstance(val, (int, torch.SymInt)) or is_size_float(node):
         return None  # size arithmetic, evaluated by the exporter
     if not isinstance(node.target, torch._ops.OpOverload):
         return f"`{target_name(node)}` is not an ATen operator"

@@ -201,6 +201,30 @@ def test_a_size_where_only_a_number_is_supported_compiles_per_size(caplog):
     assert "only a fixed number is supported" in caplog.text
 
 
+def test_a_resize_to_the_input_size_compiles_per_size_in_one_graph():
+    """A segmentation head's shape: a strided convolution, then a bilinear resize back to the
+    input's size. Dynamo passes the resize its scale as a ratio of sizes (a SymFloat from
+    ``operator.truediv``), which each size's kernel takes as a number: one graph, one kernel
+    per size (convolutions take no symbolic sizes), every call as eager computes it."""
+    conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def fn(x):
+        y = torch.relu(conv(x))
+        return torch.nn.functional.interpolate(
+            y, size=x.shape[-2:], mode="bilinear", align_corners=False
+        )
+
+    compiled = torch.compile(fn, backend="fxmlir")
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
+        for size in [(16, 16), (24, 20), (20, 28), (24, 20)]:
+            x = torch.randn(1, 3, *size)
+            torch.testing.assert_close(compiled(x), fn(x))
+    names = [r.name for r in _kernels(start)]
+    # The first size's static graph, then the dynamic graph's kernel for each later size.
+    assert len(names) == 3 and len({n.rsplit("_s", 1)[0] for n in names[1:]}) == 1, names
+
+
 def test_training_step_with_a_dynamic_batch():
     model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
     reference = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
