@@ -641,6 +641,28 @@ def batches_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows) + [f"Batch sizes in order: {r['sizes']}.", ""]
 
 
+def segmentation_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("segmentation")
+    if (lines := not_measured(r, "segmentation probe")) is not None:
+        return lines
+    rows = []
+    for name in ("eager", "inductor", "fxmlir"):
+        b = r[name]
+        kernels = f"{b['kernels']} ({b['symbolic']} for every size)" if "kernels" in b else "—"
+        rows.append(
+            [name, fmt(b["first_round_ms"], ".0f")]
+            + [fmt(t, ".1f") for t in b["ms"]]
+            + ["yes" if b["ok"] else "**no**", kernels]
+        )
+    fx, ind = r["fxmlir"]["ms"], r["inductor"]["ms"]
+    per_size = ", ".join(
+        f"{h}x{w} {ratio(f, i):.2f}" for (h, w), f, i in zip(r["sizes"], fx, ind, strict=True)
+    )
+    header = ["backend", "first round ms", *(f"{h}x{w} ms" for h, w in r["sizes"])]
+    header += ["matches eager", "fxmlir kernels"]
+    return table(header, rows) + [f"fxmlir/Inductor per size: {per_size}.", ""]
+
+
 def memory_table(results: dict[str, Any]) -> list[str]:
     r = results.get("memory")
     if (lines := not_measured(r, "memory probe")) is not None:
@@ -779,6 +801,10 @@ def markdown(results: dict[str, Any]) -> str:
             batches_table,
         ),
         (
+            "Segmentation: LR-ASPP MobileNetV3-Large, batch 1, at three image sizes",
+            segmentation_table,
+        ),
+        (
             "Resident memory over 1,000 distinct small graphs, one process, no disk cache",
             memory_table,
         ),
@@ -796,6 +822,7 @@ def markdown(results: dict[str, Any]) -> str:
         "symbolic",
         "generate",
         "batches",
+        "segmentation",
         "memory",
         "constants",
     )

@@ -47,6 +47,7 @@ EXPERIMENTS = (
     "symbolic",
     "generate",
     "batches",
+    "segmentation",
     "memory",
     "constants",
     "cache",
@@ -180,7 +181,15 @@ def main() -> int:
             results["bandwidth"] = runner.spawn("bandwidth")
         elif name in cases:
             results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
-        elif name in ("overhead", "interleaved", "checks", "symbolic", "generate", "batches"):
+        elif name in (
+            "overhead",
+            "interleaved",
+            "checks",
+            "symbolic",
+            "generate",
+            "batches",
+            "segmentation",
+        ):
             results[name] = runner.spawn(name)
         elif name == "memory":
             # No disk cache: every graph is a real compile.

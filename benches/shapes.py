@@ -1,5 +1,6 @@
 """Workloads whose shapes move: greedy ``generate()`` with a KV cache (the cache grows every
-token) and a BERT encoder called with batch sizes in random order. Each backend compiles the
+token), a BERT encoder called with batch sizes in random order and a segmentation model at
+three image sizes. Each backend compiles the
 model with ``torch.compile``'s defaults (Dynamo marks a dimension dynamic once it changes),
 from a reset Dynamo, in this one process; eager runs the same calls."""
 
@@ -190,6 +191,61 @@ def batches(budget_s: float, repeat: int | None) -> dict[str, Any]:
                 result[name]["ok"] &= measure.check(out, e)["ok"]
         for name in BACKENDS:
             result[name]["second_pass_ms"] = second[name]
+    return result
+
+
+#: The segmentation probe: image sizes (height, width), each called ``SEGMENT_ROUNDS`` times
+#: in the first round's order, then in turns.
+SEGMENT_SIZES, SEGMENT_ROUNDS = ((224, 224), (256, 320), (320, 320)), 4
+
+
+def segmentation(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """A segmentation model (LR-ASPP over MobileNetV3-Large, torchvision, random weights) at
+    ``SEGMENT_SIZES``: per backend the first round over the sizes (compiles included, from a
+    reset Dynamo), the median milliseconds per size over the later rounds, in which the
+    backends take turns call by call (after an untimed round), whether every output matches
+    eager, and fxmlir's kernels. Its convolutions, pooling and resizes take no symbolic sizes
+    yet: fxmlir compiles each size (a new size's first call runs eagerly)."""
+    import torchvision
+
+    del budget_s, repeat
+    torch.manual_seed(0)
+    model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(
+        weights=None, weights_backbone=None, num_classes=21
+    ).eval()
+    images = [torch.randn(1, 3, h, w) for h, w in SEGMENT_SIZES]
+    result: dict[str, Any] = {"sizes": [list(s) for s in SEGMENT_SIZES]}
+    calls = {}
+    first = -1
+    with torch.no_grad():
+        expected = [model(x)["out"] for x in images]
+        for name in BACKENDS:
+            torch._dynamo.reset()
+            if name == "fxmlir":
+                first = max((r.seq for r in backend.history), default=-1)
+            calls[name] = model if name == "eager" else torch.compile(model, backend=name)
+            start = time.perf_counter()
+            outs = [calls[name](x)["out"] for x in images]
+            result[name] = {
+                "first_round_ms": (time.perf_counter() - start) * 1e3,
+                "ok": all(measure.check(o, e)["ok"] for o, e in zip(outs, expected, strict=True)),
+            }
+        # Untimed: a backend whose entries the last reset dropped compiles them again, and
+        # fxmlir compiles each later size's kernel at its second call.
+        for name in BACKENDS:
+            for x in images:
+                calls[name](x)
+        times: dict[str, list[list[float]]] = {n: [[] for _ in images] for n in BACKENDS}
+        for _ in range(SEGMENT_ROUNDS):
+            for i, (x, e) in enumerate(zip(images, expected, strict=True)):
+                for name in BACKENDS:
+                    start = time.perf_counter()
+                    out = calls[name](x)["out"]
+                    times[name][i].append((time.perf_counter() - start) * 1e3)
+                    result[name]["ok"] &= measure.check(out, e)["ok"]
+        for name in BACKENDS:
+            result[name]["ms"] = [sorted(t)[len(t) // 2] for t in times[name]]
+    result["fxmlir"] |= _kernels(first)
     return result
 
 

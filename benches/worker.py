@@ -5,7 +5,8 @@ and a crash costs one row only.
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
 Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``bandwidth``, ``overhead``,
-``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``constants``.
+``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``segmentation``,
+``constants``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return shapes.generate(budget_s, repeat)
     if kind == "batches":
         return shapes.batches(budget_s, repeat)
+    if kind == "segmentation":
+        return shapes.segmentation(budget_s, repeat)
     if kind == "memory":
         return shapes.memory(budget_s, repeat)
     if kind == "constants":
