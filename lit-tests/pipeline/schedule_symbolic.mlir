@@ -28,6 +28,32 @@ func.func @rows(%a: tensor<?x256xf32>, %b: tensor<256x64xf32>) -> tensor<?x64xf3
 
 // -----
 
+// A right operand of 256 KiB, whole in each reduction: symbolic rows are not known to be few,
+// so each thread packs its 128 columns into four 256 x 32 panels once, before the loop of full
+// 8-row tiles, which reads them; the rest (fewer than 8 rows) reads the operand where it lies.
+
+// CHECK-LABEL: func.func @packed_rows(
+// CHECK-SAME:    %[[A:[^:]*]]: tensor<?x256xf32>{{[^,]*}}, %[[B:[^:]*]]: tensor<256x256xf32>
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           %[[PANELS:.*]] = scf.for {{.*}} -> (tensor<4x256x32xf32>)
+// CHECK:           scf.for
+// CHECK:             vector.transfer_read %[[PANELS]]{{.*}} : tensor<4x256x32xf32>, vector<4x32xf32>
+// CHECK:             vector.contract {{.*}} into vector<8x32xf32>
+// CHECK:           scf.for
+// CHECK:             vector.transfer_read %[[B]]{{.*}} : tensor<256x256xf32>, vector<4x32xf32>
+// CHECK:             vector.contract {{.*}} into vector<32xf32>
+func.func @packed_rows(%a: tensor<?x256xf32>, %b: tensor<256x256xf32>) -> tensor<?x256xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x256xf32>
+  %e = tensor.empty(%m) : tensor<?x256xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x256xf32>) -> tensor<?x256xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x256xf32>, tensor<256x256xf32>) outs(%f : tensor<?x256xf32>) -> tensor<?x256xf32>
+  return %r : tensor<?x256xf32>
+}
+
+// -----
+
 // A right operand of 4 MiB: 256-deep reduction blocks, each block of it packed into 16
 // panels of 256 x 32 once, outside the peeled row loops (which both read the panels).
 // CHECK-LABEL: func.func @blocked(

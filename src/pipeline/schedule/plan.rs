@@ -43,11 +43,15 @@ impl PlannedProduct {
     /// register tiles. Fewer rows do not repay the copy (a one-row product reads the right
     /// operand once: packing it triples the traffic) nor its compile time: resnet18's 17
     /// packed parts add about 15% to its compile (best of six: 810 to 960 ms), for 5-20% less
-    /// run time on two threads.
+    /// run time on two threads. Symbolic rows are not known to be few: their part of full
+    /// register tiles packs (a BERT encoder's products at 2,048 rows ran 24% longer unpacked
+    /// than the kernel compiled for that size); should the rows at run time be fewer than a
+    /// register tile, the copy costs a read and a write of the right operand more.
     pub(super) fn packs(&self, rows: i64, nr: i64) -> bool {
         let p = &self.problem;
         let min_rows = match self.tiles.kc {
             Some(_) => PACK_MIN_ROWS,
+            None if p.dynamic_rows => self.tiles.mr,
             None => UNBLOCKED_PACK_MIN_TILES * self.tiles.mr,
         };
         p.element != Element::Bf16Pairs
