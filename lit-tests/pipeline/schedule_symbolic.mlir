@@ -1,9 +1,9 @@
 // RUN: fxmlir-opt --target=skylake-avx512,threads=2 --pipeline schedule --split-input-file %s \
 // RUN:   | FileCheck %s --enable-var-scope --implicit-check-not=transform. --implicit-check-not=fxmlir.
 
-// The schedule stage on products whose rows or batch are symbolic (`?`, read at run time), on
-// two threads. The register tile loop over the rows is peeled: full 8x32 tiles (static, so
-// they vectorise without masks) up to the last multiple of 8, then the rest (fewer than 8
+// The schedule stage on products with symbolic sizes (`?`, read at run time), on two threads.
+// The register tile loop over the rows is peeled: full 8x32 tiles (static, so they vectorise
+// without masks) up to the last multiple of 8, then the rest (fewer than 8
 // rows) one row at a time, a 32-wide vector each. Thread chunks cut the fixed columns.
 
 // CHECK-DAG:   #[[$MAIN:.*]] = affine_map<()[s0] -> ((s0 floordiv 8) * 8)>
@@ -101,13 +101,16 @@ func.func @batch(%a: tensor<?x?x64xf32>, %b: tensor<?x64x128xf32>) -> tensor<?x?
 
 // -----
 
-// A product whose reduction is symbolic (`p @ v` over a growing cache) stays on the scalar
-// path, cut into one chunk of the batch per thread: its operands are then slices, so the
-// fusion stage cannot pull the softmax producing `p` into its loops (which recomputed each
-// `exp` once per column).
+// A product whose reduction is symbolic (`p @ v` over a growing cache): one chunk of the batch
+// per thread, register tiles of 32 columns whose reduction steps one at a time. Its operands
+// are slices in the schedule's loops, so the fusion stage cannot pull the softmax producing
+// `p` into them (which recomputed each `exp` once per column).
 // CHECK-LABEL: func.func @symbolic_reduction(
+// CHECK-NOT:     linalg.batch_matmul
 // CHECK:         scf.forall (%{{.*}}) in (2)
-// CHECK:           linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x1x?xf32>, tensor<2x?x64xf32>) outs(%{{.*}} : tensor<2x1x64xf32>)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[K:.*]] step %c1 iter_args(%{{.*}}) -> (vector<32xf32>)
+// CHECK:             vector.transfer_read {{.*}} : tensor<4x?x64xf32>, vector<32xf32>
+// CHECK:             vector.contract {{.*}} : vector<1xf32>, vector<1x32xf32> into vector<32xf32>
 func.func @symbolic_reduction(%p: tensor<4x1x?xf32>, %v: tensor<4x?x64xf32>) -> tensor<4x1x64xf32> {
   %e = tensor.empty() : tensor<4x1x64xf32>
   %z = arith.constant 0.0 : f32
@@ -119,10 +122,18 @@ func.func @symbolic_reduction(%p: tensor<4x1x?xf32>, %v: tensor<4x?x64xf32>) -> 
 // -----
 
 // Symbolic columns and one row (`q @ kᵀ` of a decode step): the columns in a chunk per
-// thread, their size computed at run time.
+// thread, their size computed at run time; the column tile loop peeled into full 32-wide
+// tiles and the rest (fewer than 32 columns) one column at a time.
+// CHECK-DAG:   #[[$MAIN:.*]] = affine_map<()[s0] -> ((s0 floordiv 32) * 32)>
 // CHECK-LABEL: func.func @symbolic_columns(
+// CHECK-NOT:     linalg.matmul
 // CHECK:         scf.forall (%{{.*}}) in (2)
-// CHECK:           linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<1x64xf32>, tensor<64x?xf32>) outs(%{{.*}} : tensor<1x?xf32>)
+// CHECK:           %[[END:.*]] = affine.apply #[[$MAIN]]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[END]] step %c32
+// CHECK:             vector.contract {{.*}} : vector<4xf32>, vector<4x32xf32> into vector<32xf32>
+// CHECK:           scf.for %{{.*}} = %[[END]] to %{{.*}} step %c32
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1
+// CHECK:               vector.contract {{.*}} : vector<4xf32>, vector<4x1xf32> into vector<1xf32>
 func.func @symbolic_columns(%q: tensor<1x64xf32>, %k: tensor<64x?xf32>, %out: tensor<1x?xf32>) -> tensor<1x?xf32> {
   %r = linalg.matmul ins(%q, %k : tensor<1x64xf32>, tensor<64x?xf32>) outs(%out : tensor<1x?xf32>) -> tensor<1x?xf32>
   return %r : tensor<1x?xf32>

@@ -136,6 +136,31 @@ def test_batched_products_with_a_symbolic_batch_and_rows():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
+def test_products_with_every_size_symbolic_are_vectorised(tmp_path):
+    """Products whose columns and reduction are symbolic too (weights passed as arguments,
+    ``dynamic=True`` makes their sizes symbols; attention's ``q @ kᵀ`` and ``p @ v`` over a
+    sequence of any length): their row and column loops are peeled into full register tiles
+    and single rows and columns, the reduction steps one at a time. Sizes that are and are
+    not multiples of the 8 x 32 register tile, one kernel."""
+
+    def fn(x, w, q, k, v):
+        scores = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+        return x @ w, scores @ v
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        for m, k, n, seq in [(3, 5, 7, 11), (40, 33, 70, 9), (64, 64, 96, 64), (17, 100, 31, 2)]:
+            args = [torch.randn(m, k), torch.randn(k, n)]
+            args += [torch.randn(2, seq, 16) for _ in range(3)]
+            for got, expected in zip(compiled(*args), fn(*args), strict=True):
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+    scripts = "".join(p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir"))
+    assert "matmul ?x?x? f32" in scripts and "rows and columns peeled" in scripts, scripts
+    assert "scalar product" not in scripts
+
+
 def test_creations_from_symbolic_sizes_compile_once():
     """Positions counted on from a cache's length and tensors filled with a size, as models
     compute them in their forward (``arange(past, past + n)``, ``full(..., past)``): the start,

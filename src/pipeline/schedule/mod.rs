@@ -13,11 +13,12 @@
 //! (one per column tile) as each block begins, and small-`m` products walk columns outermost. Rows or columns that no good tile divides (a prime row count, 1000
 //! columns) are split into a main part of full tiles and one narrower tile. A single
 //! elementwise consumer (bias, activation) is tiled with the product and fused into its tile
-//! loop, so the product never reaches memory. Symbolic rows and batches are planned at
-//! `SYMBOLIC_PLANNING_SIZE` with the row loop peeled. Everything else (other dtypes, symbolic
-//! columns or reductions, transposed matmul variants) keeps the scalar path; one with symbolic
-//! sizes is cut into a chunk per thread (`plan::ScalarProduct`), which also keeps the fusion
-//! stage from fusing producers into its loops.
+//! loop, so the product never reaches memory. Symbolic sizes are planned at
+//! `SYMBOLIC_PLANNING_SIZE`: symbolic rows and columns have their register tile loops peeled
+//! (full tiles, then single rows or columns), a symbolic reduction steps one at a time.
+//! Everything else (other dtypes, transposed matmul variants) keeps the scalar path; one with
+//! symbolic sizes is cut into a chunk per thread (`plan::ScalarProduct`), which also keeps the
+//! fusion stage from fusing producers into its loops.
 
 mod isolate;
 mod model;
@@ -115,6 +116,8 @@ mod tests {
             },
             dynamic_batch: false,
             dynamic_rows: false,
+            dynamic_columns: false,
+            dynamic_reduction: false,
         }
     }
 
@@ -224,6 +227,42 @@ mod tests {
         assert_eq!(batch.describe(), "?x128x64x128");
         let c = chunks(&batch, 2, t).unwrap();
         assert_eq!((c.sizes.clone(), c.by_threads), (vec![2, 0, 0], true));
+    }
+
+    #[test]
+    fn symbolic_columns_and_reductions_are_planned() {
+        let t = &avx512();
+        // `q @ kᵀ` of a decode step: one row, the columns a cache's length.
+        let columns = Problem {
+            dynamic_columns: true,
+            ..problem(1, 64, 64, Element::F32)
+        };
+        assert_eq!(columns.describe(), "1x64x?");
+        let tiles = choose_tiles(&columns, t);
+        assert_eq!(
+            (tiles.nr, tiles.n_split, tiles.kc, tiles.ku),
+            (32, None, None, 4)
+        );
+        // However few its planned multiply-adds, one chunk of columns per thread.
+        let c = chunks(&columns, 2, t).unwrap();
+        assert_eq!((c.sizes.clone(), c.by_threads), (vec![0, 2], true));
+        // `p @ v`: the reduction symbolic, one step at a time, never blocked.
+        let reduction = Problem {
+            dynamic_reduction: true,
+            ..problem(64, 4096, 4096, Element::F32)
+        };
+        let tiles = choose_tiles(&reduction, t);
+        assert_eq!((tiles.kc, tiles.nc, tiles.ku), (None, None, 1));
+        // Every size symbolic: the rows in one chunk per thread.
+        let every = Problem {
+            dynamic_rows: true,
+            dynamic_columns: true,
+            dynamic_reduction: true,
+            ..problem(64, 64, 64, Element::F32)
+        };
+        assert_eq!(every.describe(), "?x?x?");
+        let c = chunks(&every, 2, t).unwrap();
+        assert_eq!((c.sizes.clone(), c.by_threads), (vec![2, 0], true));
     }
 
     #[test]

@@ -61,6 +61,13 @@ pub struct Problem {
     /// Whether the rows are symbolic: their register tile loop is peeled into full tiles and
     /// a rest of single rows.
     pub dynamic_rows: bool,
+    /// Whether the columns are symbolic (`q @ kᵀ` over a growing cache, a weight whose sizes
+    /// Dynamo made symbolic): their register tile loop is peeled into full tiles and a rest of
+    /// single columns; the right operand is never packed.
+    pub dynamic_columns: bool,
+    /// Whether the reduction is symbolic (`p @ v` over a growing cache): it advances one step
+    /// at a time, unblocked and unpacked.
+    pub dynamic_reduction: bool,
 }
 
 impl Problem {
@@ -74,14 +81,11 @@ impl Problem {
             }
         };
         let rows = size(self.m, self.dynamic_rows);
+        let k = size(self.k, self.dynamic_reduction);
+        let n = size(self.n, self.dynamic_columns);
         match self.batch {
-            Some(b) => format!(
-                "{}x{rows}x{}x{}",
-                size(b, self.dynamic_batch),
-                self.k,
-                self.n
-            ),
-            None => format!("{rows}x{}x{}", self.k, self.n),
+            Some(b) => format!("{}x{rows}x{k}x{n}", size(b, self.dynamic_batch)),
+            None => format!("{rows}x{k}x{n}"),
         }
     }
 }
@@ -147,7 +151,7 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     let lanes = (target.vector_bytes() / p.element.bytes()).max(1);
     // Two vectors per row; a width that is no whole number of pairs is cut after the last
     // pair (the rest is one narrower tile); a narrower width is a single tile.
-    let (nr, n_split) = if p.n % (2 * lanes) == 0 {
+    let (nr, n_split) = if p.n % (2 * lanes) == 0 || p.dynamic_columns {
         (2 * lanes, None)
     } else if p.n > 2 * lanes {
         let at = p.n / (2 * lanes) * (2 * lanes);
@@ -193,7 +197,7 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     // 98% with half of L2 and 256-deep ones.
     let right_operand_l2 = target.l2_bytes / 2;
     let right_block_l2 = target.l2_bytes / 2;
-    let kc = if right_bytes > right_operand_l2 {
+    let kc = if right_bytes > right_operand_l2 && !p.dynamic_reduction && !p.dynamic_columns {
         // The deepest block of the right operand that fits the L2 budget (but at least
         // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`).
         let target = (right_block_l2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
@@ -220,7 +224,7 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     let reduction = kc.unwrap_or(p.k);
     // A pairs product's reduction loop steps one pair at a time: its register tile is unrolled
     // into one dot product per row and vector (see [`emit_pair_lanes`]).
-    let ku = if p.element == Element::Bf16Pairs {
+    let ku = if p.element == Element::Bf16Pairs || p.dynamic_reduction {
         1
     } else {
         [4, 2, 1]
@@ -262,7 +266,10 @@ pub struct Chunks {
 pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
     let right_bytes = p.k.saturating_mul(p.n).saturating_mul(p.element.bytes());
-    let streams = right_bytes >= MIN_PARALLEL_RIGHT_BYTES;
+    // Symbolic columns or reduction grow with what they count (a cache, a sequence): always
+    // worth a cut, as their size says nothing of their work.
+    let streams =
+        right_bytes >= MIN_PARALLEL_RIGHT_BYTES || p.dynamic_columns || p.dynamic_reduction;
     if threads < 2
         || (work.saturating_mul(p.batch.unwrap_or(1)) < MIN_PARALLEL_PRODUCT_WORK && !streams)
     {
@@ -306,11 +313,17 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
             cut(lead + 1, n, Problem { n, ..*p }, false)
         })
     };
-    let by_columns = columns(p.n % threads == 0 && (p.n / threads) % lanes == 0);
+    let by_columns =
+        columns(!p.dynamic_columns && p.n % threads == 0 && (p.n / threads) % lanes == 0);
     if p.dynamic_rows {
         let m = (p.m / threads).max(1);
         return by_columns.unwrap_or_else(|| by_threads(lead, Problem { m, ..*p }));
     }
+    // Symbolic columns under fixed rows: the rows if they cut, else `threads` column chunks.
+    let by_column_threads = || {
+        let n = (p.n / threads).max(1);
+        by_threads(lead + 1, Problem { n, ..*p })
+    };
     let by_rows = (p.m % threads == 0 && p.m / threads >= 8).then(|| {
         let m = p.m / threads;
         cut(lead, m, Problem { m, ..*p }, false)
@@ -318,7 +331,11 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     // A product that streams its right operand with too few rows to cut (a matrix-vector
     // product, bound by memory) takes equal column chunks of any width of a vector or more
     // (688 columns: 344 each, the tiles ending in narrower ones): each thread streams half.
-    let streaming = columns(streams && p.n % threads == 0 && p.n / threads >= lanes);
+    let streaming =
+        columns(!p.dynamic_columns && streams && p.n % threads == 0 && p.n / threads >= lanes);
+    if p.dynamic_columns {
+        return by_rows.flatten().or_else(by_column_threads);
+    }
     if p.n >= p.m {
         by_columns.or(by_rows).or(streaming).flatten()
     } else {

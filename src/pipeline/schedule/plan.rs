@@ -55,6 +55,8 @@ impl PlannedProduct {
             None => UNBLOCKED_PACK_MIN_TILES * self.tiles.mr,
         };
         p.element != Element::Bf16Pairs
+            && !p.dynamic_columns
+            && !p.dynamic_reduction
             && nr == self.tiles.nr
             && rows >= min_rows
             && p.k.saturating_mul(p.n).saturating_mul(p.element.bytes()) > PACK_MIN_RIGHT_BYTES
@@ -113,9 +115,8 @@ pub(super) struct OpInfo {
     in_loop: bool,
 }
 
-/// A product the schedule leaves to the scalar path although its sizes are symbolic (its
-/// columns or reduction: `q @ kᵀ` and `p @ v` over a growing cache): only cut into one chunk
-/// per thread (see `script::emit_scalar_product`), which also keeps the fusion stage from
+/// A product the schedule leaves to the scalar path although its sizes are symbolic (an
+/// integer product, a transposed variant): only cut into one chunk per thread (see `script::emit_scalar_product`), which also keeps the fusion stage from
 /// pulling elementwise producers into its loops (a softmax's `exp` recomputed per column).
 pub(super) struct ScalarProduct {
     pub(super) op: usize,
@@ -203,11 +204,9 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     if a.len() != rank || b.len() != rank || c.len() != rank {
         return None;
     }
-    // The reduction and the columns must be fixed; the rows and the batch may be symbolic
-    // (`None`), in both operands they appear in alike.
-    let (k, n) = (a[rank - 1]?, b[rank - 1]?);
-    let m = a[rank - 2];
-    if b[rank - 2] != Some(k) || c[rank - 2] != m || c[rank - 1] != Some(n) {
+    // Any size may be symbolic (`None`), in every operand it appears in alike.
+    let (k, n, m) = (a[rank - 1], b[rank - 1], a[rank - 2]);
+    if b[rank - 2] != k || c[rank - 2] != m || c[rank - 1] != n {
         return None;
     }
     let batch = if batched {
@@ -220,7 +219,7 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     };
     let planned = |d: Option<i64>| d.unwrap_or(SYMBOLIC_PLANNING_SIZE);
     let batch_size = batch.map(planned);
-    if [planned(m), n, k]
+    if [planned(m), planned(n), planned(k)]
         .iter()
         .chain(batch_size.iter())
         .any(|&d| d <= 0)
@@ -230,12 +229,14 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     Some(Problem {
         batch: batch_size,
         m: planned(m),
-        n,
-        k,
+        n: planned(n),
+        k: planned(k),
         element,
         operand,
         dynamic_batch: batch.is_some_and(|b| b.is_none()),
         dynamic_rows: m.is_none(),
+        dynamic_columns: n.is_none(),
+        dynamic_reduction: k.is_none(),
     })
 }
 
@@ -282,6 +283,8 @@ pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
         operand: "bf16",
         dynamic_batch: false,
         dynamic_rows: m.is_none(),
+        dynamic_columns: false,
+        dynamic_reduction: false,
     })
 }
 
@@ -367,6 +370,7 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         let epilogue = (|| {
             if pairs
                 || problem.dynamic_rows
+                || problem.dynamic_columns
                 || tiles.kc.is_some()
                 || tiles.m_split.is_some()
                 || tiles.n_split.is_some()

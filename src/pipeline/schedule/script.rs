@@ -52,10 +52,11 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         split("rows", t.m_split),
         split("columns", t.n_split),
         split("column rest", t.n_tail),
-        if p.problem.dynamic_rows {
-            ", rows peeled"
-        } else {
-            ""
+        match (p.problem.dynamic_rows, p.problem.dynamic_columns) {
+            (true, true) => ", rows and columns peeled",
+            (true, false) => ", rows peeled",
+            (false, true) => ", columns peeled",
+            (false, false) => "",
         },
         match (p.epilogue.is_some(), t.columns_outer) {
             (true, _) => ", epilogue fused",
@@ -146,7 +147,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     continue;
                 }
                 let rows_loop = format!("%tl{part}#0");
-                for (i, peeled) in emit_peel(out, id, &part, &rows_loop, p, false)?
+                for (i, peeled) in emit_peel(out, id, &part, &rows_loop, p, (false, Peel::Rows))?
                     .iter()
                     .enumerate()
                 {
@@ -164,16 +165,36 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                 let part = format!("{name}_{r}");
                 let depth = (p.problem.k, *nr);
                 let tiles = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
+                // Symbolic columns: their loop (inside the rows loop) is peeled first.
+                let columns = if p.problem.dynamic_columns {
+                    let columns_loop = format!("%tl{part}#{}", zero.len() + 1);
+                    let fused = (tiles.fused_fill, Peel::Columns);
+                    let name = format!("{part}c");
+                    Some(emit_peel(out, id, &name, &columns_loop, p, fused)?)
+                } else {
+                    None
+                };
                 if !p.problem.dynamic_rows {
-                    let rows = (part_rows(r), mr);
-                    let reduction = emit_tile_body(out, &part, &tiles.tile, p, rows, depth)?;
-                    emit_vectorize(out, &part, &tiles.outer, &[reduction], pairs)?;
+                    let parts = match &columns {
+                        Some([main, rest]) => vec![
+                            (format!("{part}_0"), main.tile.clone(), main.rows),
+                            (format!("{part}_1"), rest.tile.clone(), rest.rows),
+                        ],
+                        None => vec![(part.clone(), tiles.tile.clone(), part_rows(r))],
+                    };
+                    let mut reductions = Vec::new();
+                    for (name, tile, rows) in parts {
+                        let rows = (rows, mr);
+                        reductions.push(emit_tile_body(out, &name, &tile, p, rows, depth)?);
+                    }
+                    emit_vectorize(out, &part, &tiles.outer, &reductions, pairs)?;
                     continue;
                 }
                 // The peel takes the rows loop: the batch loop (outside it) stays the scope,
                 // else each of the two loops it leaves is one.
                 let rows_loop = format!("%tl{part}#{}", zero.len());
-                let peeled = emit_peel(out, id, &part, &rows_loop, p, tiles.fused_fill)?;
+                let fused = (tiles.fused_fill, Peel::Rows);
+                let peeled = emit_peel(out, id, &part, &rows_loop, p, fused)?;
                 let mut reductions = Vec::new();
                 for (i, peeled) in peeled.iter().enumerate() {
                     let part = format!("{part}_{i}");
@@ -465,23 +486,34 @@ pub(super) struct Peeled {
     pub(super) mr: i64,
 }
 
-/// Peels `rows_loop`, the register tiles' loop over the symbolic rows of product `id`: the
-/// first part runs full tiles of `mr` rows, static once canonicalized (the peel turns their
-/// row count into a constant); the rest (fewer than `mr` rows) is tiled a row at a time, its
-/// fill with it when the fill was `fused` into the tile loops (the fill of the whole rest,
-/// which nothing reads then, is erased). Both vectorise without masks.
+/// The loop over a symbolic dimension [`emit_peel`] peels.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Peel {
+    Rows,
+    Columns,
+}
+
+/// Peels `tile_loop`, the register tiles' loop over the symbolic rows (or columns) of product
+/// `id`: the first part runs full tiles of `mr` rows (`nr` columns), static once canonicalized
+/// (the peel turns their size into a constant); the rest (fewer than a tile) is tiled a row
+/// (column) at a time, its fill with it when the fill was `fused` into the tile loops (the
+/// fill of the whole rest, which nothing reads then, is erased). Both vectorise without masks.
 pub(super) fn emit_peel(
     out: &mut String,
     id: usize,
     part: &str,
-    rows_loop: &str,
+    tile_loop: &str,
     p: &PlannedProduct,
-    fused: bool,
+    (fused, peel): (bool, Peel),
 ) -> Result<[Peeled; 2], std::fmt::Error> {
     let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
+    let one = match peel {
+        Peel::Rows => [1, 0, 0],
+        Peel::Columns => [0, 1, 0],
+    };
     writeln!(
         out,
-        "    %pm{part} = transform.cast {rows_loop} : {ANY} to !transform.op<\"scf.for\">
+        "    %pm{part} = transform.cast {tile_loop} : {ANY} to !transform.op<\"scf.for\">
     %pk{part}, %pr{part} = transform.loop.peel %pm{part} : (!transform.op<\"scf.for\">) -> ({ANY}, {ANY})
     transform.apply_patterns to %pk{part} {{
       transform.apply_patterns.canonicalization
@@ -491,8 +523,12 @@ pub(super) fn emit_peel(
     %tq{part}, %tql{part} = transform.structured.{} %tr{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
     transform.apply_dce to %pr{part} : {ANY}",
         if fused { "fuse" } else { "tile_using_for" },
-        list(&[zero, &[1, 0, 0]].concat()),
+        list(&[zero, &one[..]].concat()),
     )?;
+    let rest_rows = match peel {
+        Peel::Rows => (1, 1),
+        Peel::Columns => (p.rows(), p.tiles.mr),
+    };
     Ok([
         Peeled {
             scope: format!("%pk{part}"),
@@ -503,8 +539,8 @@ pub(super) fn emit_peel(
         Peeled {
             scope: format!("%pr{part}"),
             tile: format!("%tq{part}"),
-            rows: 1,
-            mr: 1,
+            rows: rest_rows.0,
+            mr: rest_rows.1,
         },
     ])
 }
