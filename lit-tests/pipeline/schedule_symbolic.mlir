@@ -54,6 +54,43 @@ func.func @packed_rows(%a: tensor<?x256xf32>, %b: tensor<256x256xf32>) -> tensor
 
 // -----
 
+// Symbolic rows with an epilogue (bias, then tanh): the epilogue is tiled with the product
+// and holds it in its tile loops. The peel leaves full 8x32 tiles (packed right operand, the
+// tanh on the whole register tile) and a rest tiled a row at a time, the product and its fill
+// pulled into each row: the product never reaches memory.
+
+// CHECK-LABEL: func.func @epilogue_rows(
+// CHECK-NOT:     linalg.
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           %[[PANELS:.*]] = scf.for {{.*}} -> (tensor<4x256x32xf32>)
+// CHECK:           scf.for
+// CHECK:             vector.contract {{.*}} into vector<8x32xf32>
+// CHECK:             math.tanh %{{.*}} : vector<8x32xf32>
+// CHECK:           scf.for
+// CHECK:             scf.for %{{.*}} = %c0 to %{{.*}} step %c1
+// CHECK:               vector.contract {{.*}} into vector<32xf32>
+// CHECK:               math.tanh %{{.*}} : vector<32xf32>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @epilogue_rows(%a: tensor<?x256xf32>, %b: tensor<256x256xf32>, %bias: tensor<256xf32>) -> tensor<?x256xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x256xf32>
+  %e = tensor.empty(%m) : tensor<?x256xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x256xf32>) -> tensor<?x256xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x256xf32>, tensor<256x256xf32>) outs(%f : tensor<?x256xf32>) -> tensor<?x256xf32>
+  %e2 = tensor.empty(%m) : tensor<?x256xf32>
+  %g = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%r, %bias : tensor<?x256xf32>, tensor<256xf32>) outs(%e2 : tensor<?x256xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    %t = math.tanh %s : f32
+    linalg.yield %t : f32
+  } -> tensor<?x256xf32>
+  return %g : tensor<?x256xf32>
+}
+
+// -----
+
 // A right operand of 4 MiB: 256-deep reduction blocks, each block of it packed into 16
 // panels of 256 x 32 once, outside the peeled row loops (which both read the panels).
 // CHECK-LABEL: func.func @blocked(

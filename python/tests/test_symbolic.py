@@ -118,6 +118,24 @@ def test_linear_layers_compile_once_with_scheduled_products(tmp_path):
     assert sum(s.count("rows peeled") for s in scripts) == 2, scripts
 
 
+def test_symbolic_rows_fuse_the_epilogue(tmp_path):
+    """A linear layer and its activation over symbolic rows: the bias add and tanh are tiled
+    with the product (full tiles, then single rows), so the product never reaches memory."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.Tanh()).eval()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        for n in [3, 8, 13, 64, 2]:
+            x = torch.randn(n, 48)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    records = _kernels(start)
+    assert [bool(r.symbols) for r in records] == [True], records
+    assert not records[0].warnings, records[0].warnings
+    scripts = "".join(p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir"))
+    assert "rows peeled, epilogue fused" in scripts, scripts
+
+
 def test_batched_products_with_a_symbolic_batch_and_rows():
     """``bmm`` over a symbolic batch and symbolic rows, then a product of its flattened rows
     (batch times sequence, a polynomial of two symbols)."""

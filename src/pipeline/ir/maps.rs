@@ -2,7 +2,7 @@
 //! generated IR and transform scripts, which stock `mlir-opt` replays), and what a structured
 //! op's maps and body say: which operands it reads broadcast, whether its body is plain.
 
-use super::ops::{op_name, tensor_shape};
+use super::ops::{op_name, tensor_dims, tensor_sizes};
 use melior::ir::{
     AffineExpr, AffineMap, Attribute, BlockLike, OperationRef, RegionLike, Value,
     attribute::{ArrayAttribute, AttributeLike},
@@ -183,7 +183,7 @@ pub fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
     // An f32/f64 result, read from f32/f64 operands or 32/64-bit integers (a grouped
     // product's row groups): vectors of narrower or i1 elements would be written to memory
     // packed (an i1 vector store writes bits, where the buffer holds a byte each).
-    let element = |v: Value| tensor_shape(v).map(|(_, e)| e);
+    let element = |v: Value| tensor_sizes(v).map(|(_, e)| e);
     let written = op
         .results()
         .all(|r| element(r.into()).is_some_and(|e| e == "f32" || e == "f64"));
@@ -196,8 +196,7 @@ pub fn elementwise_maps(op: &melior::ir::OperationRef) -> Option<Vec<bool>> {
     if !plain_body(op) {
         return None;
     }
-    let (shape, _) = tensor_shape(op.result(0).ok()?.into())?;
-    let rank = shape.len();
+    let rank = tensor_dims(op.result(0).ok()?.into())?.len();
     if !maps.iter().all(|m| is_broadcast_map(*m, rank)) {
         return None;
     }

@@ -3,7 +3,7 @@
 
 use super::model::*;
 use crate::pipeline::ir::maps::elementwise_maps;
-use crate::pipeline::ir::ops::{op_name, raw_value, tensor_dims, tensor_shape, tensor_sizes};
+use crate::pipeline::ir::ops::{op_name, raw_value, tensor_dims, tensor_sizes};
 use crate::target::Target;
 use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, SYMBOLIC_PLANNING_SIZE};
 use melior::ir::{
@@ -107,8 +107,8 @@ pub(super) struct OpInfo {
     /// For a linalg.generic: whether it is an elementwise map we can fuse and vectorise, and
     /// for which of its operands the indexing map is the identity.
     elementwise: Option<Vec<bool>>,
-    /// Results' shapes (tensor results only).
-    result_shapes: Vec<Vec<i64>>,
+    /// Results' sizes (tensor results only; `None` for a symbolic one).
+    result_shapes: Vec<Vec<Option<i64>>>,
     /// Inside a loop a lowering built (a grouped product's tile loops) rather than directly in
     /// its function: such a product is not cut into thread chunks, the loop around it is
     /// already one.
@@ -303,10 +303,7 @@ pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
         let mut info = OpInfo {
             operands: op.operands().map(raw_value).collect(),
             results: op.results().map(|r| raw_value(r.into())).collect(),
-            result_shapes: op
-                .results()
-                .filter_map(|r| tensor_shape(r.into()).map(|(s, _)| s))
-                .collect(),
+            result_shapes: op.results().filter_map(|r| tensor_dims(r.into())).collect(),
             in_loop: op
                 .parent_operation()
                 .is_some_and(|parent| op_name(&parent) != "func.func"),
@@ -369,7 +366,6 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         // result of the same shape: tile it and pull the product into its loop.
         let epilogue = (|| {
             if pairs
-                || problem.dynamic_rows
                 || problem.dynamic_columns
                 || tiles.kc.is_some()
                 || tiles.m_split.is_some()

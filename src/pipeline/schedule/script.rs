@@ -497,7 +497,11 @@ pub(super) enum Peel {
 /// `id`: the first part runs full tiles of `mr` rows (`nr` columns), static once canonicalized
 /// (the peel turns their size into a constant); the rest (fewer than a tile) is tiled a row
 /// (column) at a time, its fill with it when the fill was `fused` into the tile loops (the
-/// fill of the whole rest, which nothing reads then, is erased). Both vectorise without masks.
+/// fill of the whole rest, which nothing reads then, is erased). A product whose epilogue
+/// holds it in its tile loops has the epilogue's rest tiled a row at a time instead, pulling
+/// the product and its fill into each row (the row loop's bound, read off the product's rest,
+/// is canonicalized to its fill's, so the rest's untiled product and fill are erased). Both
+/// parts vectorise without masks.
 pub(super) fn emit_peel(
     out: &mut String,
     id: usize,
@@ -518,13 +522,30 @@ pub(super) fn emit_peel(
     transform.apply_patterns to %pk{part} {{
       transform.apply_patterns.canonicalization
     }} : {ANY}
-    %tk{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pk{part} : ({ANY}) -> {ANY}
-    %tr{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}
+    %tk{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pk{part} : ({ANY}) -> {ANY}"
+    )?;
+    if p.epilogue.is_some() && peel == Peel::Rows {
+        writeln!(
+            out,
+            "    %er{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}
+    %eq{part}, %eql{part} = transform.structured.fuse %er{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
+    transform.apply_patterns to %pr{part} {{
+      transform.apply_patterns.canonicalization
+    }} : {ANY}
+    transform.apply_dce to %pr{part} : {ANY}
+    %tq{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}",
+            list(&[zero, &one[..2]].concat()),
+        )?;
+    } else {
+        writeln!(
+            out,
+            "    %tr{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}
     %tq{part}, %tql{part} = transform.structured.{} %tr{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
     transform.apply_dce to %pr{part} : {ANY}",
-        if fused { "fuse" } else { "tile_using_for" },
-        list(&[zero, &one[..]].concat()),
-    )?;
+            if fused { "fuse" } else { "tile_using_for" },
+            list(&[zero, &one[..]].concat()),
+        )?;
+    }
     let rest_rows = match peel {
         Peel::Rows => (1, 1),
         Peel::Columns => (p.rows(), p.tiles.mr),
