@@ -620,23 +620,24 @@ def generate_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows)
 
 
-def batches_table(results: dict[str, Any]) -> list[str]:
-    r = results.get("batches")
-    if (lines := not_measured(r, "batches probe")) is not None:
-        return lines
+def _per_backend(r: dict[str, Any], timings: Callable[[dict[str, Any]], list[str]]) -> list[list]:
+    """A row per backend of a shapes probe's result ``r``: its name, its ``timings`` cells,
+    whether it matched eager, and fxmlir's kernels."""
     rows = []
     for name in ("eager", "inductor", "fxmlir"):
         b = r[name]
         kernels = f"{b['kernels']} ({b['symbolic']} for every size)" if "kernels" in b else "—"
-        rows.append(
-            [
-                name,
-                fmt(b["first_pass_ms"], ".0f"),
-                fmt(b["second_pass_ms"], ".0f"),
-                "yes" if b["ok"] else "**no**",
-                kernels,
-            ]
-        )
+        rows.append([name, *timings(b), "yes" if b["ok"] else "**no**", kernels])
+    return rows
+
+
+def batches_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("batches")
+    if (lines := not_measured(r, "batches probe")) is not None:
+        return lines
+    rows = _per_backend(
+        r, lambda b: [fmt(b["first_pass_ms"], ".0f"), fmt(b["second_pass_ms"], ".0f")]
+    )
     header = ["backend", "first pass ms", "second pass ms", "matches eager", "fxmlir kernels"]
     return table(header, rows) + [f"Batch sizes in order: {r['sizes']}.", ""]
 
@@ -645,15 +646,9 @@ def segmentation_table(results: dict[str, Any]) -> list[str]:
     r = results.get("segmentation")
     if (lines := not_measured(r, "segmentation probe")) is not None:
         return lines
-    rows = []
-    for name in ("eager", "inductor", "fxmlir"):
-        b = r[name]
-        kernels = f"{b['kernels']} ({b['symbolic']} for every size)" if "kernels" in b else "—"
-        rows.append(
-            [name, fmt(b["first_round_ms"], ".0f")]
-            + [fmt(t, ".1f") for t in b["ms"]]
-            + ["yes" if b["ok"] else "**no**", kernels]
-        )
+    rows = _per_backend(
+        r, lambda b: [fmt(b["first_round_ms"], ".0f"), *(fmt(t, ".1f") for t in b["ms"])]
+    )
     fx, ind = r["fxmlir"]["ms"], r["inductor"]["ms"]
     per_size = ", ".join(
         f"{h}x{w} {ratio(f, i):.2f}" for (h, w), f, i in zip(r["sizes"], fx, ind, strict=True)
