@@ -2517,6 +2517,13 @@ def gather_samples(dt):
                 [mk([], dt), ix(0), mk([3, 4], dt), ix([[], [], []])],
                 lambda op, z, i, x, e: (op(z, 0, i), op(x, 1, e)),
             ),
+            # Along a dimension of fixed size (traced symbolically, the other is a symbol the
+            # index shares): one kernel for every size.
+            S(
+                "fixed_dim",
+                [mk([4, 1], dt), ix([[0], [0], [0], [0]])],
+                lambda op, x, i: op(x, 1, i),
+            ),
         ]
     return out
 
@@ -3996,7 +4003,17 @@ ROWS: list[Row] = [
     Row("aten.embedding.default", ALL, embedding_samples, tol=EXACT),
     Row("aten._embedding_bag.default", FLOATS, embedding_bag_samples, tol=ACCUMULATE),
     Row("aten.index_select.default", ALL, index_select_samples, tol=EXACT),
-    Row("aten.gather.default", ALL, gather_samples, tol=EXACT),
+    Row(
+        "aten.gather.default",
+        ALL,
+        gather_samples,
+        tol=EXACT,
+        per_size={
+            "values": "traced symbolically, the gathered dimension is a symbol: the indices "
+            "are checked and clamped against a fixed size only",
+            "layouts": "likewise (dimension 0 gathered, of symbolic size)",
+        },
+    ),
     Row("aten.scatter.src", ALL, scatter_samples(False), tol=EXACT),
     Row("aten.scatter.value", ALL, scatter_samples(True), tol=EXACT),
     Row("aten.scatter_add.default", ALL, scatter_add_samples, tol=ACCUMULATE),

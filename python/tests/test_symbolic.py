@@ -136,6 +136,35 @@ def test_symbolic_rows_fuse_the_epilogue(tmp_path):
     assert "rows peeled, epilogue fused" in scripts, scripts
 
 
+def test_an_encoder_over_sequences_of_any_length_compiles_once():
+    """A BERT encoder called with sequences of several lengths: its position and token-type
+    ids are a window of a fixed buffer (a slice up to the sequence's length) and a gather over
+    batch and sequence; once Dynamo marks the length dynamic, one kernel serves every length."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+    )
+    model = transformers.BertModel(config).eval()
+    compiled = torch.compile(model, backend="fxmlir")
+    start = latest()
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
+        for length in [9, 17, 30, 12, 64]:
+            ids = torch.randint(0, 100, (3, length))
+            torch.testing.assert_close(
+                compiled(ids).last_hidden_state,
+                model(ids).last_hidden_state,
+                rtol=1e-4,
+                atol=1e-4,
+            )
+    # The first length's graph, then one for every length.
+    assert [bool(r.symbols) for r in _kernels(start)] == [False, True]
+
+
 def test_batched_products_with_a_symbolic_batch_and_rows():
     """``bmm`` over a symbolic batch and symbolic rows, then a product of its flattened rows
     (batch times sequence, a polynomial of two symbols)."""

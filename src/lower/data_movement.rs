@@ -139,23 +139,36 @@ fn lower_movement<'c, 'a>(
                 return fail(format!("slice step must be positive, got {step}"));
             }
             if dims::is_symbolic(size) || dims::is_symbolic(start) || dims::is_symbolic(end) {
-                // A symbolic dimension from a fixed start to its end (`x[:, 2:]`, `x[:, -1:]`,
-                // `x[:, :n]` of its `n` columns): tracing guards the size to hold the start.
+                // From a fixed start to the end of a symbolic dimension (`x[:, 2:]`, `x[:, -1:]`,
+                // `x[:, :n]` of its `n` columns), or between sizes (`x[:, :n]` of a longer
+                // buffer, `x[:, past:past + n]`): tracing guards the dimension to hold them.
                 let to_end = end == size || end >= i64::MAX / 2;
-                if dims::is_symbolic(start) || step != 1 || !to_end {
-                    return fail(format!(
-                        "a slice [{start}:{end}:{step}] of a dimension of symbolic size is not supported"
-                    ));
-                }
-                let (offset, len) = if start < 0 {
-                    (dims::sum(size, start)?, -start)
-                } else {
-                    (start, dims::sum(size, -start)?)
+                let is_size = |i: i64| dims::is_symbolic(i) || i >= 0;
+                let (offset, len) = match (step, to_end) {
+                    (1, true) if !dims::is_symbolic(start) && start < 0 => {
+                        (dims::sum(size, start)?, -start)
+                    }
+                    (1, true) if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
+                    (1, false) if is_size(start) && is_size(end) => {
+                        let back = dims::poly_of(start).mul(&dims::Poly::constant(-1))?;
+                        (start, dims::size_of(dims::poly_of(end).add(&back)?))
+                    }
+                    _ => {
+                        return fail(format!(
+                            "a slice [{}:{}:{step}] of a dimension of size {} is not supported",
+                            dims::poly_of(start),
+                            dims::poly_of(end),
+                            dims::poly_of(size)
+                        ));
+                    }
                 };
                 if len != out.shape[dim] {
                     return fail(format!(
-                        "slice [{start}:] of a symbolic size gives {len} elements, the graph records {}",
-                        out.shape[dim]
+                        "slice [{}:{}] gives {} elements, the graph records {}",
+                        dims::poly_of(start),
+                        dims::poly_of(end),
+                        dims::poly_of(len),
+                        dims::poly_of(out.shape[dim])
                     ));
                 }
                 let mut offsets = vec![0; rank];

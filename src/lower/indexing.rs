@@ -691,11 +691,29 @@ fn gather_op<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
             index.shape, x.shape
         ));
     }
+    if dims::is_symbolic(x.shape[dim]) {
+        return fail(format!(
+            "the gathered dimension {dim} of the input has the symbolic size {}, where only a \
+             fixed one is supported (compile the graph for fixed sizes)",
+            dims::poly_of(x.shape[dim])
+        ));
+    }
+    let text = |shape: &[i64]| {
+        let sizes: Vec<String> = shape
+            .iter()
+            .map(|&d| dims::poly_of(d).to_string())
+            .collect();
+        format!("[{}]", sizes.join(", "))
+    };
     for d in (0..x.rank()).filter(|&d| d != dim) {
-        if index.shape[d] > x.shape[d] {
+        let (i, n) = (index.shape[d], x.shape[d]);
+        // A symbolic size is only known to fit the input's when it is the same size.
+        let fits = i == n || !(dims::is_symbolic(i) || dims::is_symbolic(n)) && i <= n;
+        if !fits {
             return fail(format!(
-                "gather index of shape {:?} is larger than the input {:?} in dimension {d}",
-                index.shape, x.shape
+                "gather index of shape {} may be larger than the input {} in dimension {d}",
+                text(&index.shape),
+                text(&x.shape)
             ));
         }
     }

@@ -75,7 +75,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 28] = [
+const DYNAMIC_OPS: [&str; 29] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -100,6 +100,7 @@ const DYNAMIC_OPS: [&str; 28] = [
     "aten.slice.Tensor",
     "aten.select.int",
     "aten.embedding.default",
+    "aten.gather.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten.cat.default",
     "aten.split.Tensor",
