@@ -171,3 +171,70 @@ func.func @shared_view(%arg0: memref<64x32xf32>, %arg1: memref<32x64xf32>, %arg2
   bufferization.materialize_in_destination %relu in restrict writable %arg3 : (tensor<4x16x64xf32>, memref<4x16x64xf32>) -> ()
   return
 }
+
+// -----
+
+// The same chain over a dynamic number of rows (a symbolic batch): the view's expansion takes
+// its size from the graph, the residual is read through a collapse to the product's shape (no
+// size to compute), and the output is written through a collapsed view of its buffer: one
+// epilogue on the accumulator tile in the full tiles and in the rows the peel leaves.
+// CHECK-LABEL: func.func @rows_bias_gelu_residual(
+// CHECK:         %[[VIEW:.*]] = memref.collapse_shape %arg4 {{\[\[}}0, 1], [2]] : memref<?x16x64xf32> into memref<?x64xf32>
+// CHECK:         %[[RES:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0, 1], [2]] : tensor<?x16x64xf32> into tensor<?x64xf32>
+// CHECK:         %[[FULL:.*]] = scf.for
+// CHECK:           vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:           vector.transfer_read %[[RES]]{{.*}} : tensor<?x64xf32>, vector<8x32xf32>
+// CHECK:           math.erf {{.*}} : vector<8x32xf32>
+// CHECK:         %[[OUT:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[FULL]])
+// CHECK:           vector.transfer_read %[[RES]]{{.*}} : tensor<?x64xf32>, vector<32xf32>
+// CHECK:           math.erf {{.*}} : vector<32xf32>
+// CHECK-NOT:     linalg.
+// CHECK:         bufferization.materialize_in_destination %[[OUT]] in restrict writable %[[VIEW]] : (tensor<?x64xf32>, memref<?x64xf32>)
+// BUFFERS-LABEL: llvm.func @rows_bias_gelu_residual(
+// BUFFERS-NOT:     @malloc
+// BUFFERS-NOT:     llvm.intr.memcpy
+// BUFFERS:         llvm.return
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#last2 = affine_map<(d0, d1) -> (d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @rows_bias_gelu_residual(%arg0: memref<?x32xf32>, %arg1: memref<32x64xf32>, %arg2: memref<64xf32>, %arg3: memref<?x16x64xf32>, %arg4: memref<?x16x64xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.000000e+00 : f32
+  %c0 = arith.constant 0 : index
+  %x = bufferization.to_tensor %arg0 restrict : memref<?x32xf32> to tensor<?x32xf32>
+  %w = bufferization.to_tensor %arg1 restrict : memref<32x64xf32> to tensor<32x64xf32>
+  %b = bufferization.to_tensor %arg2 restrict : memref<64xf32> to tensor<64xf32>
+  %r = bufferization.to_tensor %arg3 restrict : memref<?x16x64xf32> to tensor<?x16x64xf32>
+  %rows = tensor.dim %x, %c0 : tensor<?x32xf32>
+  %batch = tensor.dim %r, %c0 : tensor<?x16x64xf32>
+  %e0 = tensor.empty(%rows) : tensor<?x64xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e0 : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<?x32xf32>, tensor<32x64xf32>) outs(%f : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %e1 = tensor.empty(%rows) : tensor<?x64xf32>
+  %biased = linalg.generic {indexing_maps = [#id2, #last2, #id2], iterator_types = ["parallel", "parallel"]} ins(%mm, %b : tensor<?x64xf32>, tensor<64xf32>) outs(%e1 : tensor<?x64xf32>) {
+  ^bb0(%in: f32, %bias: f32, %out: f32):
+    %s = arith.addf %in, %bias : f32
+    linalg.yield %s : f32
+  } -> tensor<?x64xf32>
+  %v = tensor.expand_shape %biased [[0, 1], [2]] output_shape [%batch, 16, 64] : tensor<?x64xf32> into tensor<?x16x64xf32>
+  %e2 = tensor.empty(%batch) : tensor<?x16x64xf32>
+  %gelu = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v : tensor<?x16x64xf32>) outs(%e2 : tensor<?x16x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %c = arith.constant 0.707106769 : f32
+    %h = arith.constant 5.000000e-01 : f32
+    %one = arith.constant 1.000000e+00 : f32
+    %a = arith.mulf %in, %h : f32
+    %t = arith.mulf %in, %c : f32
+    %erf = math.erf %t : f32
+    %p = arith.addf %erf, %one : f32
+    %g = arith.mulf %a, %p : f32
+    linalg.yield %g : f32
+  } -> tensor<?x16x64xf32>
+  %e3 = tensor.empty(%batch) : tensor<?x16x64xf32>
+  %sum = linalg.generic {indexing_maps = [#id3, #id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%r, %gelu : tensor<?x16x64xf32>, tensor<?x16x64xf32>) outs(%e3 : tensor<?x16x64xf32>) {
+  ^bb0(%in: f32, %in2: f32, %out: f32):
+    %s = arith.addf %in, %in2 : f32
+    linalg.yield %s : f32
+  } -> tensor<?x16x64xf32>
+  bufferization.materialize_in_destination %sum in restrict writable %arg4 : (tensor<?x16x64xf32>, memref<?x16x64xf32>) -> ()
+  return
+}

@@ -121,3 +121,30 @@ def test_epilogue_math_calls_vector_functions(name, tmp_path):
     ops = "|".join("powf" if f == "pow" else f for f in expected)
     left = re.findall(rf"math\.(?:{ops}) [^:]*: vector<", loops)
     assert not left, f"math left on vectors: {left}"
+
+
+@pytest.mark.parametrize("name", ["bias_gelu_residual", "scaled_scores"])
+def test_chain_over_a_dynamic_batch_folds(name, threads, tmp_path):
+    """With the batch dimension symbolic, the chain still folds into the product's epilogue
+    (its views' sizes come from the graph or the residual's own sizes): one kernel serves every
+    batch, matching eager at each."""
+    fn, shapes, dtype, _ = CASES[name]
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="fxmlir")
+    with torch.no_grad(), fxmlir.config.patch(
+        dump_dir=str(tmp_path), fallback="error", specializations=0
+    ):
+        for batch in (3, 5, 2, 7):
+            # The batched inputs (of three dimensions or more) take the batch.
+            args = [torch.randn((batch, *s[1:]) if len(s) > 2 else s, dtype=dtype) for s in shapes]
+            for a in args:
+                if a.dim() > 2:
+                    torch._dynamo.mark_dynamic(a, 0)
+            torch.testing.assert_close(compiled(*args), fn(*args), atol=ATOL, rtol=RTOL)
+    schedules = list(pathlib.Path(tmp_path).glob("*.02-schedule.mlir"))
+    assert len(schedules) == 1, f"kernels: {[p.name for p in schedules]}"
+    scheduled = schedules[0].read_text()
+    assert "tensor<?x" in scheduled, "the kernel was compiled for one batch"
+    assert "vector.contract" in scheduled, "the product was not scheduled"
+    assert "linalg.generic" not in scheduled, "an elementwise op stayed out of the epilogue"

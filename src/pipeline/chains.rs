@@ -18,6 +18,11 @@
 //!   trailing dimensions both shapes share (a bias over the last one); its result is reshaped
 //!   back for its users.
 //!
+//! Shapes may be dynamic (a symbolic batch): the reshapes are replayed step by step rather than
+//! through a flat 1-D value, an expansion back taking its sizes from the reshape it replays and
+//! one undone on an input computing them from that input's sizes (a group of two dynamic sizes
+//! ends the chain).
+//!
 //! Only generics writing `f32`/`f64` with plain arithmetic bodies take part (reading `f32`/`f64`
 //! or 32/64-bit integers): those the schedule fuses.
 //!
@@ -27,18 +32,22 @@
 //! could not point the producer at the output buffer, so bufferization gave it a buffer of its
 //! own and copied that into the output.
 
-use super::ir::builder::Builder;
+use super::ir::builder::{Builder, regroupable};
 use super::ir::maps::{
     MapResult, affine_map, elementwise_maps, identity_map, indexing_maps, is_identity_of,
     map_results,
 };
-use super::ir::ops::{op_name as name, result_owner, sole_use, static_shape, tensor_shape};
+use super::ir::ops::{
+    op_name as name, reassociation, result_owner, sole_use, tensor_dims, tensor_sizes, type_sizes,
+};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
     ir::{
         Block, BlockLike, BlockRef, Location, Module, OperationRef, Region, RegionLike, Type,
-        Value, ValueLike, operation::OperationLike, r#type::MemRefType,
+        Value, ValueLike,
+        operation::OperationLike,
+        r#type::{MemRefType, RankedTensorType, ShapedTypeLike},
     },
 };
 use mlir_sys::{mlirOpOperandIsNull, mlirOperationSetOperand, mlirValueGetFirstUse};
@@ -85,22 +94,22 @@ fn chainable(op: &OperationRef) -> Option<usize> {
 /// map); a scalar stays one; a broadcast input (such as a bias) that reads only trailing
 /// dimensions the two shapes share reads the same dimensions of the chain's shape. `None` for
 /// anything else.
-fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
-    let own = tensor_shape(op.result(0).ok()?.into())?.0;
-    if own.is_empty() || own.iter().product::<i64>() != shape.iter().product::<i64>() {
+fn reshaped_maps(op: &OperationRef, shape: &[Option<i64>]) -> Option<Vec<String>> {
+    let own = tensor_dims(op.result(0).ok()?.into())?;
+    if own.is_empty() {
         return None;
     }
     let shared = own
         .iter()
         .rev()
         .zip(shape.iter().rev())
-        .take_while(|(a, b)| a == b)
+        .take_while(|(a, b)| a.is_some() && a == b)
         .count();
     let inputs = op.operand_count() - 1;
     let mut out = Vec::new();
     for (i, map) in indexing_maps(op)?.into_iter().enumerate().take(inputs) {
         if is_identity_of(map, own.len()) {
-            if tensor_shape(op.operand(i).ok()?)?.0 != own {
+            if tensor_dims(op.operand(i).ok()?)? != own {
                 return None;
             }
             out.push(identity_map(shape.len()));
@@ -128,6 +137,74 @@ fn reshaped_maps(op: &OperationRef, shape: &[i64]) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// A reshape between a chain and its consumer, kept to be replayed on the chain's value and
+/// undone on the consumer's other inputs: its groups, the types on its two sides and, for an
+/// expansion, its dynamic sizes (defined before it, so before the consumer too).
+struct Step<'c, 'a> {
+    groups: Vec<Vec<usize>>,
+    source: Type<'c>,
+    result: Type<'c>,
+    sizes: Option<Vec<Value<'c, 'a>>>,
+}
+
+impl<'c, 'a> Step<'c, 'a> {
+    /// `op`'s step; `None` when `op` is a collapse whose source holds two dynamic sizes in one
+    /// group (undoing it could not compute them).
+    fn of(op: &OperationRef<'c, 'a>) -> Option<Self> {
+        let source = op.operand(0).ok()?.r#type();
+        let result = op.result(0).ok()?.r#type();
+        let groups = reassociation(op)?;
+        let sizes = if name(op) == "tensor.expand_shape" {
+            Some(
+                (1..op.operand_count())
+                    .map(|i| op.operand(i).ok())
+                    .collect::<Option<Vec<_>>>()?,
+            )
+        } else {
+            if !regroupable(&groups, &type_sizes(source)?) {
+                return None;
+            }
+            None
+        };
+        Some(Self {
+            groups,
+            source,
+            result,
+            sizes,
+        })
+    }
+
+    /// `value`, a tensor of the step's result type or an identity-layout memref of its
+    /// shape, as the source's shape.
+    fn undo(&self, builder: &Builder<'c, 'a>, value: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        let to = if MemRefType::try_from(value.r#type()).is_ok() {
+            let tensor = RankedTensorType::try_from(self.source)
+                .map_err(|e| Error::stage(STAGE, e.to_string()))?;
+            let sizes = type_sizes(self.source)
+                .ok_or_else(|| Error::stage(STAGE, format!("a view as {}", self.source)))?;
+            let dims: Vec<i64> = sizes.iter().map(|s| s.unwrap_or(i64::MIN)).collect();
+            MemRefType::new(tensor.element(), &dims, None, None).into()
+        } else {
+            self.source
+        };
+        match self.sizes {
+            Some(_) => builder.collapse(value, &self.groups, to),
+            None => {
+                let sizes = builder.expanded_sizes(value, &self.groups, to)?;
+                builder.expand(value, &self.groups, to, &sizes)
+            }
+        }
+    }
+
+    /// `value`, of the step's source type, as its result type.
+    fn replay(&self, builder: &Builder<'c, 'a>, value: Value<'c, 'a>) -> Result<Value<'c, 'a>> {
+        match &self.sizes {
+            Some(sizes) => builder.expand(value, &self.groups, self.result, sizes),
+            None => builder.collapse(value, &self.groups, self.result),
+        }
+    }
+}
+
 /// The block arguments of a generic's body.
 fn arguments<'c, 'a>(op: &OperationRef<'c, 'a>) -> Result<Vec<(Type<'c>, Location<'c>)>> {
     let body = op
@@ -142,9 +219,9 @@ fn arguments<'c, 'a>(op: &OperationRef<'c, 'a>) -> Result<Vec<(Type<'c>, Locatio
 }
 
 /// Replaces `consumer` (a chainable generic reading the chain at input `feed`, directly or
-/// through reshapes) by a generic on the chain's shape: `previous`'s body then the consumer's
-/// when the chain already has a generic, else the consumer's alone reading `head`. Its result
-/// goes to the consumer's users, reshaped back. Returns the new generic's result.
+/// through the reshapes `steps`) by a generic on the chain's shape: `previous`'s body then the
+/// consumer's when the chain already has a generic, else the consumer's alone reading `head`.
+/// Its result goes to the consumer's users, reshaped back. Returns the new generic's result.
 fn fold_one<'c, 'a>(
     context: &'c Context,
     previous: Option<OperationRef<'c, 'a>>,
@@ -152,9 +229,10 @@ fn fold_one<'c, 'a>(
     consumer: OperationRef<'c, 'a>,
     feed: usize,
     consumer_maps: Vec<String>,
+    steps: &[Step<'c, 'a>],
 ) -> Result<Value<'c, 'a>> {
-    let (shape, _) = tensor_shape(head)
-        .ok_or_else(|| Error::stage(STAGE, "a chain on a dynamic tensor".to_string()))?;
+    let shape = tensor_dims(head)
+        .ok_or_else(|| Error::stage(STAGE, "a chain on an unranked tensor".to_string()))?;
     let builder = Builder {
         stage: STAGE,
         context,
@@ -162,13 +240,13 @@ fn fold_one<'c, 'a>(
         location: consumer.location(),
     };
     let inputs = consumer.operand_count() - 1;
-    let (own, _) = tensor_shape(
+    let own = tensor_dims(
         consumer
             .result(0)
             .map_err(|e| Error::stage(STAGE, e.to_string()))?
             .into(),
     )
-    .ok_or_else(|| Error::stage(STAGE, "a generic with a dynamic result".to_string()))?;
+    .ok_or_else(|| Error::stage(STAGE, "a generic with an unranked result".to_string()))?;
     // Inputs of the consumer's own shape read with the identity map are reshaped like the
     // chain's value; broadcast and scalar inputs are read as they are.
     let consumer_inputs: Vec<(Value, String)> = (0..inputs)
@@ -179,9 +257,12 @@ fn fold_one<'c, 'a>(
             let value = if i == feed {
                 head
             } else if consumer_maps[i] == identity_map(shape.len())
-                && tensor_shape(operand).is_some_and(|(s, _)| s == own)
+                && tensor_dims(operand).is_some_and(|s| s == own)
             {
-                builder.reshape(operand, &shape)?
+                steps
+                    .iter()
+                    .rev()
+                    .try_fold(operand, |value, step| step.undo(&builder, value))?
             } else {
                 operand
             };
@@ -227,7 +308,21 @@ fn fold_one<'c, 'a>(
             // A fresh empty tensor of the chain's type (the body never reads it): a reshaped
             // init would hide from the fusion stage's empty-tensor elimination, which points
             // an output's producer at the output buffer.
-            builder.build("tensor.empty", &[], head.r#type(), &[], vec![])?
+            let product = result_owner(head)
+                .ok_or_else(|| Error::stage(STAGE, "a chain without its product".to_string()))?;
+            let sources = size_sources(&product, &shape).ok_or_else(|| {
+                Error::stage(STAGE, "a product whose inputs miss its sizes".to_string())
+            })?;
+            let sizes = sources
+                .into_iter()
+                .map(|(input, d)| {
+                    let input = product
+                        .operand(input)
+                        .map_err(|e| Error::stage(STAGE, e.to_string()))?;
+                    builder.dim(input, d)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            builder.build("tensor.empty", &sizes, head.r#type(), &[], vec![])?
         }
     };
     let count = operands.len();
@@ -297,13 +392,41 @@ fn fold_one<'c, 'a>(
         &attributes,
         vec![region],
     )?;
-    let back = builder.reshape(result, &own)?;
+    let back = steps
+        .iter()
+        .try_fold(result, |value, step| step.replay(&builder, value))?;
     let old: Value = consumer
         .result(0)
         .map_err(|e| Error::stage(STAGE, e.to_string()))?
         .into();
     rewriter.replace_all_uses_with(old, back);
     Ok(result)
+}
+
+/// Where `product`'s result (of sizes `shape`) finds its dynamic sizes among its inputs: for
+/// each, the input and its dimension that its loop indexes, through the product's indexing
+/// maps or, for a named product without them, as `linalg.matmul` and `linalg.batch_matmul`
+/// read (rows and batch from the left input, columns from the right one). A `tensor.dim` of the
+/// result itself would be a second use of it, which keeps the schedule from fusing its
+/// epilogue. `None` when an input does not show one.
+fn size_sources(product: &OperationRef, shape: &[Option<i64>]) -> Option<Vec<(usize, usize)>> {
+    let dynamic = (0..shape.len()).filter(|&d| shape[d].is_none());
+    let Some(maps) = indexing_maps(product) else {
+        let last = shape.len().checked_sub(1)?;
+        return Some(dynamic.map(|d| (usize::from(d == last), d)).collect());
+    };
+    let inputs = maps.len().checked_sub(1)?;
+    let out = map_results(*maps.last()?);
+    dynamic
+        .map(|d| {
+            let looped = *out.get(d)?;
+            matches!(looped, MapResult::Dim(_)).then_some(())?;
+            (0..inputs).find_map(|i| {
+                let position = map_results(maps[i]).iter().position(|&r| r == looped)?;
+                Some((i, position))
+            })
+        })
+        .collect()
 }
 
 /// Erases `ops` (unused, each used only by the ones before it), last first.
@@ -322,17 +445,25 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         .result(0)
         .map_err(|e| Error::stage(STAGE, e.to_string()))?
         .into();
-    let Some((shape, element)) = tensor_shape(head) else {
+    let Some((shape, element)) = tensor_sizes(head) else {
         return Ok(0);
     };
+    if size_sources(&product, &shape).is_none() {
+        return Ok(0);
+    }
     let mut previous: Option<OperationRef> = None;
     let mut folded = 0;
     while let Some((user, operand)) = sole_use(head) {
         // Reshapes between the chain and the consumer, each the only use of the one before.
         let mut reshapes = Vec::new();
+        let mut steps = Vec::new();
         let mut consumer = (user, operand);
         while RESHAPES.contains(&name(&consumer.0).as_str()) {
+            let Some(step) = Step::of(&consumer.0) else {
+                return Ok(folded);
+            };
             reshapes.push(consumer.0);
+            steps.push(step);
             let Some(next) = consumer.0.result(0).ok().and_then(|r| sole_use(r.into())) else {
                 return Ok(folded);
             };
@@ -345,7 +476,7 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         let same_element = op
             .result(0)
             .ok()
-            .and_then(|r| tensor_shape(r.into()))
+            .and_then(|r| tensor_sizes(r.into()))
             .is_some_and(|(_, e)| e == element);
         if feed >= inputs || !same_element {
             break;
@@ -353,12 +484,12 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         let op_maps = if reshapes.is_empty() {
             let own_maps = printed_maps(&op).unwrap_or_default();
             let direct = feeds_whole(&op, feed, shape.len())
-                && tensor_shape(
+                && tensor_dims(
                     op.result(0)
                         .map_err(|e| Error::stage(STAGE, e.to_string()))?
                         .into(),
                 )
-                .is_some_and(|(s, _)| s == shape);
+                .is_some_and(|s| s == shape);
             if !direct {
                 break;
             }
@@ -380,16 +511,16 @@ fn fold_chain<'c, 'a>(context: &'c Context, product: OperationRef<'c, 'a>) -> Re
         };
         // The chain's value replaces the fed operand, so that operand must be read whole (the
         // reshaped maps keep an identity map the identity).
-        let own_rank = tensor_shape(
+        let own_rank = tensor_dims(
             op.result(0)
                 .map_err(|e| Error::stage(STAGE, e.to_string()))?
                 .into(),
         )
-        .map_or(0, |(s, _)| s.len());
+        .map_or(0, |s| s.len());
         if !feeds_whole(&op, feed, own_rank) {
             break;
         }
-        head = fold_one(context, previous, head, op, feed, op_maps)?;
+        head = fold_one(context, previous, head, op, feed, op_maps, &steps)?;
         let mut dead = Vec::new();
         dead.extend(previous);
         dead.extend(reshapes);
@@ -440,14 +571,17 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
             continue;
         };
         let (reshapes, base) = unreshaped(source);
-        let Some(dest_shape) = plain_memref_shape(dest.r#type()) else {
+        let Some(steps) = reshapes.iter().map(Step::of).collect::<Option<Vec<_>>>() else {
             continue;
         };
-        let Some((shape, element)) = tensor_shape(base) else {
-            continue;
-        };
+        let rank = tensor_dims(base).map_or(0, |s| s.len());
         let argument = dest.is_block_argument();
-        if reshapes.is_empty() || !argument || shape.is_empty() || base.is_block_argument() {
+        if reshapes.is_empty()
+            || !argument
+            || rank == 0
+            || base.is_block_argument()
+            || !plain_memref(dest.r#type())
+        {
             continue;
         }
         let builder = Builder {
@@ -456,7 +590,10 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
             anchor: first,
             location: op.location(),
         };
-        let view = builder.reshape_as("memref", dest, &dest_shape, &element, &shape)?;
+        let view = steps
+            .iter()
+            .rev()
+            .try_fold(dest, |value, step| step.undo(&builder, value))?;
         // SAFETY: `op` is live; `base` has the view's shape and element type, and both are
         // defined before `op` (the view at the top of the function).
         unsafe {
@@ -469,17 +606,13 @@ fn outputs_through_views(context: &Context, block: BlockRef) -> Result<usize> {
     Ok(redirected)
 }
 
-/// The static shape of a memref type with the identity layout in the default memory space;
-/// `None` for anything else.
-fn plain_memref_shape(ty: Type) -> Option<Vec<i64>> {
-    let memref = MemRefType::try_from(ty).ok()?;
-    if memref.memory_space().is_some() || !memref.affine_map().is_identity() {
-        return None;
-    }
-    static_shape(&memref)
+/// Whether `ty` is a memref type with the identity layout in the default memory space.
+fn plain_memref(ty: Type) -> bool {
+    MemRefType::try_from(ty)
+        .is_ok_and(|memref| memref.memory_space().is_none() && memref.affine_map().is_identity())
 }
 
-/// Folds the elementwise chains after every static `f32`/`f64` product in the bodies of
+/// Folds the elementwise chains after every `f32`/`f64` product in the bodies of
 /// `module`'s functions, then writes outputs that are reshapes through views of their buffers;
 /// returns how many generics were taken into chains.
 pub fn fold(context: &Context, module: &Module) -> Result<usize> {

@@ -30,9 +30,20 @@ pub fn tensor_shape(value: Value) -> Option<(Vec<i64>, String)> {
 
 /// The sizes of a ranked tensor value, `None` for a dynamic one.
 pub fn tensor_dims(value: Value) -> Option<Vec<Option<i64>>> {
-    let tensor = RankedTensorType::try_from(value.r#type()).ok()?;
-    (0..tensor.rank())
-        .map(|i| match tensor.dim_size(i).ok()? {
+    type_sizes(value.r#type())
+}
+
+/// The sizes of a ranked tensor or memref type, `None` for a dynamic one.
+pub fn type_sizes(ty: Type) -> Option<Vec<Option<i64>>> {
+    match RankedTensorType::try_from(ty) {
+        Ok(tensor) => shaped_sizes(&tensor),
+        Err(_) => shaped_sizes(&MemRefType::try_from(ty).ok()?),
+    }
+}
+
+fn shaped_sizes<'c>(shaped: &impl ShapedTypeLike<'c>) -> Option<Vec<Option<i64>>> {
+    (0..shaped.rank())
+        .map(|i| match shaped.dim_size(i).ok()? {
             DimSize::Static(d) => Some(i64::try_from(d).ok()),
             DimSize::Dynamic => Some(None),
         })
@@ -108,6 +119,23 @@ pub fn all_true(attribute: Attribute, len: usize) -> bool {
                 })
             })
     })
+}
+
+/// The reassociation groups of a `tensor.collapse_shape` or `tensor.expand_shape`: for each
+/// dimension of its collapsed side, the dimensions of its expanded side it groups.
+pub fn reassociation(op: &OperationRef) -> Option<Vec<Vec<usize>>> {
+    let groups = ArrayAttribute::try_from(op.attribute("reassociation").ok()?).ok()?;
+    (0..groups.len())
+        .map(|g| {
+            let group = ArrayAttribute::try_from(groups.element(g).ok()?).ok()?;
+            (0..group.len())
+                .map(|i| {
+                    let d = IntegerAttribute::try_from(group.element(i).ok()?).ok()?;
+                    usize::try_from(d.value()).ok()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The constant an `arith.constant` of integer or index type defines.

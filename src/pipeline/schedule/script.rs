@@ -567,7 +567,8 @@ pub(super) fn emit_peel(
 }
 
 /// Vectorises the tiled ops inside `outer` (and only them: fill, contraction and epilogue
-/// tiles), folds tensor slices into the transfers and keeps each accumulator in registers
+/// tiles, after dropping the dead ops fusion left, such as a whole fill whose sizes a fused
+/// product read over a symbolic batch), folds tensor slices into the transfers and keeps each accumulator in registers
 /// across its reduction loop (`reductions`). Only those loops hoist their accumulator: hoisting
 /// the row parts' slices out of a reduction block loop would make bufferization copy them.
 /// Canonicalization comes after the hoisting, as it folds single-iteration reduction loops
@@ -588,7 +589,8 @@ pub(super) fn emit_vectorize(
     };
     writeln!(
         out,
-        "    %v{name} = transform.structured.match interface{{LinalgOp}} in {outer} : ({ANY}) -> {ANY}
+        "    transform.apply_dce to {outer} : {ANY}
+    %v{name} = transform.structured.match interface{{LinalgOp}} in {outer} : ({ANY}) -> {ANY}
     transform.structured.vectorize %v{name} {{create_named_contraction}} : {ANY}
     transform.apply_patterns to {outer} {{
       transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers{unit_dims}
