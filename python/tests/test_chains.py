@@ -132,8 +132,9 @@ def test_chain_over_a_dynamic_batch_folds(name, threads, tmp_path):
     torch.manual_seed(0)
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="fxmlir")
-    with torch.no_grad(), fxmlir.config.patch(
-        dump_dir=str(tmp_path), fallback="error", specializations=0
+    with (
+        torch.no_grad(),
+        fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error", specializations=0),
     ):
         for batch in (3, 5, 2, 7):
             # The batched inputs (of three dimensions or more) take the batch.
