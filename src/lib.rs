@@ -16,6 +16,7 @@ pub mod libmvec;
 pub mod logging;
 pub mod lower;
 pub mod native;
+pub mod peak;
 pub mod pipeline;
 pub mod runtime;
 pub mod target;

@@ -683,6 +683,16 @@ fn target_info(py: Python<'_>, spec: &str, threads: usize) -> PyResult<Py<PyDict
     Ok(info.unbind())
 }
 
+/// The f32 FMA peak of this host in GFLOP/s on the widest vectors of the target `spec` names
+/// (which must run here), with `threads` threads for about `seconds` (see `fxmlir::peak`).
+#[pyfunction]
+#[pyo3(signature = (spec = "host", threads = 1, seconds = 0.5))]
+fn fma_peak(py: Python<'_>, spec: &str, threads: usize, seconds: f64) -> PyResult<f64> {
+    let target = parse_target(spec, threads)?;
+    py.detach(|| crate::peak::fma_peak(&target, threads, seconds))
+        .map_err(to_py)
+}
+
 /// Whether the kernel multiplies f32 copies of the operands of a product of `rows` rows of
 /// `dtype` (a torch dtype's name without `torch.`) on the target `spec` names: `fxmlir.passes.widen`
 /// widens weight-only operands of such products before hoisting, so that they are widened
@@ -777,5 +787,6 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor_type, m)?)?;
     m.add_function(wrap_pyfunction!(lower_to_stage, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
+    m.add_function(wrap_pyfunction!(fma_peak, m)?)?;
     Ok(())
 }

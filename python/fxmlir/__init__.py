@@ -23,6 +23,7 @@ from ._fxmlir import (
     UnsupportedOpError,
     __version__,
 )
+from ._fxmlir import fma_peak as _fma_peak
 from ._fxmlir import pipelines as _pipelines
 from ._fxmlir import supported_ops as _supported_ops
 from ._fxmlir import target_info as _target_info
@@ -49,6 +50,7 @@ __all__ = [
     "compile_graph",
     "config",
     "explain",
+    "fma_peak",
     "fxmlir_backend",
     "lowerings",
     "plugins",
@@ -67,6 +69,17 @@ def target_info(spec: str | None = None) -> dict:
     import torch
 
     return _target_info(config.target if spec is None else spec, torch.get_num_threads())
+
+
+def fma_peak(spec: str | None = None, threads: int | None = None, seconds: float = 1.0) -> float:
+    """The f32 FMA peak of this host in GFLOP/s, measured now: fused multiply-adds on the
+    widest vectors of the target (default: ``config.target``, which must run here) on
+    ``threads`` threads (default: torch's thread count) for about ``seconds``. What a kernel
+    would do if nothing waited on memory: the bench reports models' GFLOP/s against it."""
+    import torch
+
+    threads = torch.get_num_threads() if threads is None else threads
+    return _fma_peak(config.target if spec is None else spec, threads, seconds)
 
 
 def supported_ops() -> dict[str, str]:

@@ -145,3 +145,15 @@ def test_the_cli_emits_code_for_a_target_it_cannot_run(fxmlir_cli, tmp_path):
     assert "not loaded: code for target" in out
     assert "  codegen " in out
     assert (tmp_path / "d" / "product.ll").exists()
+
+
+def test_the_fma_peak_is_measured_on_the_targets_vectors():
+    """The host's FMA peak on the target's widest vectors: positive on the host and on the
+    AVX2 level (which every x86-64 host the project supports runs), and refused for a target
+    whose code cannot run here."""
+    for spec in ("host", "x86-64-v3"):
+        assert fxmlir.fma_peak(spec, threads=1, seconds=0.05) > 1.0
+    host_cpu = fxmlir.target_info("host")["cpu"]
+    other = "cooperlake" if host_cpu != "cooperlake" else "icelake-server"
+    with pytest.raises(fxmlir.TargetError, match="this host"):
+        fxmlir.fma_peak(other, threads=1, seconds=0.05)
