@@ -2,7 +2,11 @@
 measures it, and says what its group is and how much work one call does.
 
 Groups: ``model`` cases enter the runtime and compile-time summaries (``extra`` ones are shown
-but left out of them); ``gemm`` cases report GFLOP/s; ``bandwidth`` cases report GB/s.
+but left out of them); ``real`` cases are models at the sizes they are used at (224 x 224
+images, BERT-base, attention over thousands of tokens), whose GFLOP/s (counted by
+``torch.utils.flop_counter`` on one eager call) are reported against the FMA peak measured in
+the same process (``fxmlir.fma_peak``); ``gemm`` cases report GFLOP/s; ``bandwidth`` cases
+report GB/s.
 
 GEMM convention: ``a @ b`` with ``a`` of shape M×K and ``b`` of shape K×N (both row-major f32),
 giving M×N; one call does 2·M·N·K floating-point operations.
@@ -179,6 +183,63 @@ def _resnet50(dtype: torch.dtype):
     return build
 
 
+def _vision(factory: str, *, segmentation: bool = False, **kwargs: Any):
+    """A torchvision model (``factory`` in ``torchvision.models``, or in its ``segmentation``
+    package, whose output dict's ``out`` is returned) with random weights, on one 224 x 224
+    image."""
+
+    def build():
+        import torchvision
+
+        torch.manual_seed(0)
+        if segmentation:
+            model = SegmentationOut(getattr(torchvision.models.segmentation, factory)(**kwargs))
+        else:
+            model = getattr(torchvision.models, factory)(**kwargs)
+        return model.eval(), (torch.randn(1, 3, 224, 224),)
+
+    return build
+
+
+class SegmentationOut(nn.Module):
+    """A torchvision segmentation model returning its ``out`` map alone."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)["out"]
+
+
+def _vit_tiny():
+    """torchvision's VisionTransformer at ViT-Tiny's size (12 layers, d=192, 3 heads, MLP 768,
+    16 x 16 patches) on one 224 x 224 image."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(
+        image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768
+    )
+    return model.eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def _bert_base_full(tokens: int):
+    """transformers BERT-base (12 layers, d=768, 12 heads, FFN 3072), random weights, on
+    1 x ``tokens`` ids."""
+
+    def build():
+        torch.manual_seed(0)
+        model = bert_model(hidden=768, heads=12, intermediate=3072, positions=512, layers=12)
+        return model.eval(), (torch.randint(0, 1000, (1, tokens)),)
+
+    return build
+
+
 def _gemm(name: str, m: int, k: int, n: int) -> Case:
     return Case(
         name,
@@ -257,12 +318,56 @@ def all_cases() -> dict[str, Case]:
             extra=True,
         ),
         Case(
-            "resnet50",
-            "model",
-            _resnet50(torch.float32),
-            "torchvision resnet50, 1 x 3 x 224 x 224",
-            extra=True,
+            "resnet50", "real", _resnet50(torch.float32), "torchvision resnet50, 1 x 3 x 224 x 224"
         ),
+        Case(
+            "densenet121",
+            "real",
+            _vision("densenet121"),
+            "torchvision densenet121 (dense connectivity: concatenations), 224 x 224",
+        ),
+        Case(
+            "squeezenet",
+            "real",
+            _vision("squeezenet1_1"),
+            "torchvision squeezenet1_1 (fire modules), 224 x 224",
+        ),
+        Case(
+            "resnext50",
+            "real",
+            _vision("resnext50_32x4d"),
+            "torchvision resnext50_32x4d (grouped convolutions), 224 x 224",
+        ),
+        Case(
+            "deeplabv3",
+            "real",
+            _vision(
+                "deeplabv3_mobilenet_v3_large",
+                segmentation=True,
+                weights=None,
+                weights_backbone=None,
+            ),
+            "torchvision deeplabv3_mobilenet_v3_large (dilated convolutions, bilinear "
+            "upsampling), 224 x 224",
+        ),
+        Case(
+            "vit_tiny", "real", _vit_tiny, "ViT-Tiny/16 (torchvision VisionTransformer), 224 x 224"
+        ),
+        Case("vit_base", "real", _vision("vit_b_16"), "torchvision vit_b_16, 224 x 224"),
+        Case(
+            "attention_512",
+            "real",
+            _function(attention, (1, 8, 512, 64), (1, 8, 512, 64), (1, 8, 512, 64)),
+            "scaled_dot_product_attention, 8 heads x 512 tokens x 64",
+        ),
+        Case(
+            "attention_2048",
+            "real",
+            _function(attention, (1, 8, 2048, 64), (1, 8, 2048, 64), (1, 8, 2048, 64)),
+            "scaled_dot_product_attention, 8 heads x 2048 tokens x 64",
+        ),
+        Case("bert_base_128", "real", _bert_base_full(128), "BERT-base (12 layers), 1 x 128 ids"),
+        Case("bert_base_512", "real", _bert_base_full(512), "BERT-base (12 layers), 1 x 512 ids"),
         Case(
             "resnet50_bf16",
             "model",

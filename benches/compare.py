@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import fxmlir
 import measure
 import torch
 from cases import Case
@@ -122,4 +123,18 @@ def run_case(case: Case, budget_s: float, repeat: int | None) -> dict[str, Any]:
             row.setdefault(name, {}).update(times)
         if case.group == "bandwidth" and "error" not in row["fxmlir"]:
             row["paired"] = paired_with_copy(fn, args, repeat or PAIRED_ROUNDS)
+        if case.group == "real":
+            row["flops"] = counted_flops(fn, args)
+            row["peak_gflops"] = fxmlir.fma_peak()
     return row
+
+
+def counted_flops(fn: Callable[..., Any], args: tuple) -> int:
+    """Floating-point operations of one eager call of ``fn``, as ``torch.utils.flop_counter``
+    counts them (products, convolutions and attention: 2 per multiply-add)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn(*args)
+    return counter.get_total_flops()

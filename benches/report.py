@@ -32,6 +32,12 @@ GEMM_BAR = 0.9
 BANDWIDTH_BAR = 0.8
 OVERHEAD_BAR_US = 10.0
 
+# The bars of issue 36 (models at real sizes).
+REAL_GEOMEAN_BAR = 0.7
+REAL_MAX_BAR = 1.0
+#: ResNet-50's GFLOP/s against the FMA peak measured with it.
+RESNET50_PEAK_BAR = 0.5
+
 
 # ---------------------------------------------------------------------------------------------
 # Derived figures
@@ -59,6 +65,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def gflops(row: dict[str, Any], backend: str) -> float | None:
     ms = timed(row, backend)
     return row["flops"] / ms / 1e6 if ms else None
+
+
+def of_peak(row: dict[str, Any], backend: str) -> float | None:
+    """A real-size case's GFLOP/s as a fraction of the FMA peak measured with it."""
+    return ratio(gflops(row, backend), row.get("peak_gflops"))
 
 
 def gbps(row: dict[str, Any], backend: str) -> float | None:
@@ -258,10 +269,75 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 path,
             )
         )
+    lines += real_summary(results)
     lines += shapes_summary(results)
     if lines and lines[0]["metric"] == "quiet_machine" and not lines[0]["met"]:
         for line in lines[1:]:
             line["text"] += " [unreliable: the machine was busy]"
+    return lines
+
+
+def real_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bars of the models at real sizes: the geomean and the worst of fxmlir/Inductor,
+    ResNet-50's share of the FMA peak, and attention at 2,048 tokens against eager's
+    ``scaled_dot_product_attention``."""
+    rows = rows_of(results, "real")
+    if not rows:
+        return []
+    run, missing = _ratios(rows, lambda r: ratio(timed(r, "fxmlir"), timed(r, "inductor")))
+    lines = []
+    if run:
+        g = geomean(run.values())
+        worst = max(run, key=run.get)
+        lines += [
+            _line(
+                "real_geomean",
+                f"real sizes: runtime fxmlir/Inductor, geomean over {len(run)} cases: {g:.2f}"
+                + _missing(missing),
+                f"<= {REAL_GEOMEAN_BAR}",
+                g <= REAL_GEOMEAN_BAR and not missing,
+                g,
+            ),
+            _line(
+                "real_max",
+                f"real sizes: runtime fxmlir/Inductor, max: {run[worst]:.2f} ({worst})",
+                f"none above {REAL_MAX_BAR}",
+                run[worst] <= REAL_MAX_BAR and not missing,
+                run[worst],
+            ),
+        ]
+    by_name = {r["case"]: r for r in rows}
+    if "resnet50" in by_name:
+        r = by_name["resnet50"]
+        share = of_peak(r, "fxmlir")
+        lines.append(
+            _line(
+                "resnet50_peak",
+                "ResNet-50 at 224: fxmlir "
+                + (
+                    f"{gflops(r, 'fxmlir'):.0f} GFLOP/s = {share:.0%} of the FMA peak measured "
+                    f"with it ({r['peak_gflops']:.0f} GFLOP/s)"
+                    if share is not None
+                    else "not measured"
+                ),
+                f">= {RESNET50_PEAK_BAR:.0%}",
+                None if share is None else share >= RESNET50_PEAK_BAR,
+                share,
+            )
+        )
+    if "attention_2048" in by_name:
+        r = by_name["attention_2048"]
+        against = ratio(timed(r, "fxmlir"), timed(r, "eager"))
+        lines.append(
+            _line(
+                "attention_2048",
+                "attention at 2,048 tokens: fxmlir/eager scaled_dot_product_attention "
+                + (f"{against:.2f}" if against is not None else "not measured"),
+                "< 1.0",
+                None if against is None else against < 1.0,
+                against,
+            )
+        )
     return lines
 
 
@@ -433,6 +509,38 @@ def model_table(results: dict[str, Any]) -> list[str]:
         "",
         f"A time followed by (min …) spread widely: the middle half of its calls covers more "
         f"than {NOISY_IQR:.0%} of the median.",
+        "",
+    ]
+    return table(header, rows) + notes
+
+
+def real_table(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in rows_of(results, "real"):
+        fx, ind = timed(r, "fxmlir"), timed(r, "inductor")
+        rows.append(
+            [label(r)]
+            + [time_cell(r, b) for b in BACKENDS]
+            + [fmt(ratio(fx, ind), ".2f"), fmt(r.get("flops", 0) / 1e9, ".2f")]
+            + [fmt(gflops(r, b), ".0f") for b in BACKENDS]
+            + [fmt(r.get("peak_gflops"), ".0f")]
+            + [fmt(of_peak(r, b), ".0%") for b in ("inductor", "fxmlir")]
+            + [fmt(first_call(r, b), ".0f") for b in ("inductor", "fxmlir")]
+            + [status(r)]
+        )
+    header = (
+        ["case"]
+        + [f"{LABELS[b]} ms" for b in BACKENDS]
+        + ["fxmlir/Inductor", "GFLOP per call"]
+        + [f"{LABELS[b]} GFLOP/s" for b in BACKENDS]
+        + ["FMA peak GFLOP/s", "Inductor of peak", "fxmlir of peak"]
+        + ["Inductor first call ms", "fxmlir first call ms", "matches eager"]
+    )
+    notes = [
+        "GFLOP per call: `torch.utils.flop_counter` on one eager call (products, convolutions, "
+        "attention; 2 per multiply-add). FMA peak: `fxmlir.fma_peak()` in the same process, "
+        "just after the timed calls (register FMAs on the target's widest vectors, every "
+        "thread).",
         "",
     ]
     return table(header, rows) + notes
@@ -775,6 +883,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += [f"- {line['text']}" for line in results["summary"]] + [""]
     sections = [
         ("Models: median ms per call, first call ms (cold)", model_table),
+        ("Models at real sizes: median ms per call, GFLOP/s against the FMA peak", real_table),
         ("GEMM f32: `a @ b`, a M×K, b K×N, 2·M·N·K flops", gemm_table),
         ("Memory bandwidth", bandwidth_table),
         ("Call overhead: `x + 1` on a one-element tensor", overhead_table),

@@ -68,14 +68,16 @@ class LastHiddenState(nn.Module):
         return getattr(self.model(ids), self.field)
 
 
-def bert_model(hidden: int, heads: int, intermediate: int, positions: int) -> nn.Module:
-    """transformers' BERT, two layers with random weights and a vocabulary of 1000, returning
-    its last hidden state."""
+def bert_model(
+    hidden: int, heads: int, intermediate: int, positions: int, layers: int = 2
+) -> nn.Module:
+    """transformers' BERT (two layers unless told) with random weights and a vocabulary of
+    1000, returning its last hidden state."""
     import transformers
 
     config = transformers.BertConfig(
         hidden_size=hidden,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=heads,
         intermediate_size=intermediate,
         vocab_size=1000,
