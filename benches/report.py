@@ -239,19 +239,17 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         paired = row.get("paired") or {}
         fraction = ratio(paired.get("copy_ms"), paired.get("fxmlir_ms"))
         lines.append(
-            _line(
+            _measured_line(
                 f"bandwidth_{row['case']}",
-                f"{row['case']} ({row['description']}): fxmlir "
-                + (
+                f"{row['case']} ({row['description']}): fxmlir ",
+                fraction,
+                lambda row=row, paired=paired, fraction=fraction: (
                     f"{row['bytes'] / paired['fxmlir_ms'] / 1e6:.1f} GB/s = {fraction:.0%} of "
                     f"the copy timed alternately with it "
                     f"({row['bytes'] / paired['copy_ms'] / 1e6:.1f} GB/s)"
-                    if fraction is not None
-                    else "not measured"
                 ),
                 f">= {BANDWIDTH_BAR:.0%}",
-                None if fraction is None else fraction >= BANDWIDTH_BAR,
-                fraction,
+                lambda v: v >= BANDWIDTH_BAR,
             )
         )
     overhead = results.get("overhead") or {}
@@ -275,6 +273,25 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         for line in lines[1:]:
             line["text"] += " [unreliable: the machine was busy]"
     return lines
+
+
+def _measured_line(
+    metric: str,
+    text: str,
+    value: float | None,
+    figure: Callable[[], str],
+    bar: str,
+    meets: Callable[[float], bool],
+) -> dict:
+    """A summary line whose figure may be missing: ``text`` then ``figure()`` (or "not
+    measured"), met when ``meets(value)`` (unknown without a value)."""
+    return _line(
+        metric,
+        text + (figure() if value is not None else "not measured"),
+        bar,
+        None if value is None else meets(value),
+        value,
+    )
 
 
 def real_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -311,31 +328,29 @@ def real_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         r = by_name["resnet50"]
         share = of_peak(r, "fxmlir")
         lines.append(
-            _line(
+            _measured_line(
                 "resnet50_peak",
-                "ResNet-50 at 224: fxmlir "
-                + (
-                    f"{gflops(r, 'fxmlir'):.0f} GFLOP/s = {share:.0%} of the FMA peak measured "
-                    f"with it ({r['peak_gflops']:.0f} GFLOP/s)"
-                    if share is not None
-                    else "not measured"
+                "ResNet-50 at 224: fxmlir ",
+                share,
+                lambda: (
+                    f"{gflops(r, 'fxmlir'):.0f} GFLOP/s = {share:.0%} of the FMA peak "
+                    f"measured with it ({r['peak_gflops']:.0f} GFLOP/s)"
                 ),
                 f">= {RESNET50_PEAK_BAR:.0%}",
-                None if share is None else share >= RESNET50_PEAK_BAR,
-                share,
+                lambda v: v >= RESNET50_PEAK_BAR,
             )
         )
     if "attention_2048" in by_name:
         r = by_name["attention_2048"]
         against = ratio(timed(r, "fxmlir"), timed(r, "eager"))
         lines.append(
-            _line(
+            _measured_line(
                 "attention_2048",
-                "attention at 2,048 tokens: fxmlir/eager scaled_dot_product_attention "
-                + (f"{against:.2f}" if against is not None else "not measured"),
-                "< 1.0",
-                None if against is None else against < 1.0,
+                "attention at 2,048 tokens: fxmlir/eager scaled_dot_product_attention ",
                 against,
+                lambda: f"{against:.2f}",
+                "< 1.0",
+                lambda v: v < 1.0,
             )
         )
     return lines

@@ -8,15 +8,13 @@
 //! stride (the group's last size) outwards.
 
 use super::ir::builder::Builder;
-use super::ir::ops::op_name;
+use super::ir::ops::{op_name, reassociation};
 use crate::error::{Error, Result};
 use melior::{
     Context, IrRewriter,
     ir::{
         BlockLike, Identifier, Module, OperationRef, Type, TypeLike, Value, ValueLike,
-        attribute::{
-            ArrayAttribute, DenseI32ArrayAttribute, DenseI64ArrayAttribute, IntegerAttribute,
-        },
+        attribute::{DenseI32ArrayAttribute, DenseI64ArrayAttribute},
         operation::{OperationBuilder, OperationLike, WalkOrder, WalkResult},
         r#type::{DimSize, MemRefType, ShapedTypeLike},
     },
@@ -28,22 +26,6 @@ const STAGE: &str = "bufferize";
 
 /// MLIR's marker of a dynamic size, stride or offset in static lists.
 const DYNAMIC: i64 = i64::MIN;
-
-/// The reassociation groups of an expansion: the result dimensions of each source dimension.
-fn groups(op: &OperationRef) -> Option<Vec<Vec<usize>>> {
-    let groups = ArrayAttribute::try_from(op.attribute("reassociation").ok()?).ok()?;
-    (0..groups.len())
-        .map(|g| {
-            let group = ArrayAttribute::try_from(groups.element(g).ok()?).ok()?;
-            (0..group.len())
-                .map(|i| {
-                    let d = IntegerAttribute::try_from(group.element(i).ok()?).ok()?;
-                    usize::try_from(d.value()).ok()
-                })
-                .collect()
-        })
-        .collect()
-}
 
 /// The sizes of a memref type (`DYNAMIC` for a dynamic one).
 fn sizes(ty: MemRefType) -> Vec<i64> {
@@ -74,7 +56,7 @@ fn splits_dynamic(op: &OperationRef) -> bool {
         return false;
     }
     let (Some(groups), Some(result)) = (
-        groups(op),
+        reassociation(op),
         op.result(0)
             .ok()
             .and_then(|r| MemRefType::try_from(r.r#type()).ok()),
@@ -97,7 +79,7 @@ fn view<'c, 'a>(context: &'c Context, op: OperationRef<'c, 'a>) -> Result<Value<
     let result_type = MemRefType::try_from(result.r#type()).map_err(|_| missing("a memref"))?;
     let source = op.operand(0).map_err(|_| missing("a source"))?;
     let source_type = MemRefType::try_from(source.r#type()).map_err(|_| missing("a memref"))?;
-    let groups = groups(&op).ok_or_else(|| missing("reassociation groups"))?;
+    let groups = reassociation(&op).ok_or_else(|| missing("reassociation groups"))?;
     let (static_strides, static_offset) =
         strides_and_offset(result_type).ok_or_else(|| missing("a strided result"))?;
     let b = Builder {

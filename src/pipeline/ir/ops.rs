@@ -121,8 +121,8 @@ pub fn all_true(attribute: Attribute, len: usize) -> bool {
     })
 }
 
-/// The reassociation groups of a `tensor.collapse_shape` or `tensor.expand_shape`: for each
-/// dimension of its collapsed side, the dimensions of its expanded side it groups.
+/// The reassociation groups of a `collapse_shape` or `expand_shape` (tensor or memref): for
+/// each dimension of its collapsed side, the dimensions of its expanded side it groups.
 pub fn reassociation(op: &OperationRef) -> Option<Vec<Vec<usize>>> {
     let groups = ArrayAttribute::try_from(op.attribute("reassociation").ok()?).ok()?;
     (0..groups.len())
