@@ -2524,6 +2524,13 @@ def gather_samples(dt):
                 [mk([4, 1], dt), ix([[0], [0], [0], [0]])],
                 lambda op, x, i: op(x, 1, i),
             ),
+            # Along a dimension of symbolic size (the indices checked and clamped against it
+            # at run time), the index sharing the input's other size: one kernel.
+            S(
+                "symbolic_dim",
+                [mk([3, 5], dt), ix([[4, 0], [1, 1], [2, 3]])],
+                lambda op, x, i: op(x, 1, i),
+            ),
         ]
     return out
 
@@ -4009,9 +4016,10 @@ ROWS: list[Row] = [
         gather_samples,
         tol=EXACT,
         per_size={
-            "values": "traced symbolically, the gathered dimension is a symbol: the indices "
-            "are checked and clamped against a fixed size only",
-            "layouts": "likewise (dimension 0 gathered, of symbolic size)",
+            "values": "traced symbolically, the last gather's index is shorter than the input "
+            "in a dimension it does not gather (2 against 3): two unrelated symbols, so the "
+            "index might be the longer one",
+            "layouts": "likewise (the strided gather's index: 2 against 4 columns)",
         },
     ),
     Row("aten.scatter.src", ALL, scatter_samples(False), tol=EXACT),

@@ -395,3 +395,25 @@ def test_greedy_generation_decodes_on_kernels_for_every_size(family, wrapped):
     # Prefill and decode: fixed sizes first, then one kernel for every size each.
     assert len(records) == 4, records
     assert sum(bool(r.symbols) for r in records) == 2, records
+
+
+def test_a_gather_along_a_symbolic_dimension_checks_its_indices_at_every_size():
+    """``torch.gather`` along a dimension whose size is a symbol: one kernel for every size,
+    its indices checked against the size of the call (an index past it raises, naming the
+    node, as in eager)."""
+
+    def fn(x, index):
+        return torch.gather(x, 1, index) * 2
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False):
+        for rows, width in [(3, 5), (4, 9), (6, 17), (2, 33)]:
+            x = torch.randn(rows, width)
+            index = torch.randint(0, width, (rows, width + 3))
+            torch.testing.assert_close(compiled(x, index), fn(x, index))
+        assert [bool(r.symbols) for r in _kernels(start)] == [True]
+        x = torch.randn(4, 6)
+        with pytest.raises(RuntimeError, match="index out of range in node `gather"):
+            compiled(x, torch.full((4, 2), 6))
+        torch.testing.assert_close(compiled(x, torch.full((4, 2), 5)), fn(x, torch.full((4, 2), 5)))

@@ -691,13 +691,6 @@ fn gather_op<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
             index.shape, x.shape
         ));
     }
-    if dims::is_symbolic(x.shape[dim]) {
-        return fail(format!(
-            "the gathered dimension {dim} of the input has the symbolic size {}, where only a \
-             fixed one is supported (compile the graph for fixed sizes)",
-            dims::poly_of(x.shape[dim])
-        ));
-    }
     let text = |shape: &[i64]| {
         let sizes: Vec<String> = shape
             .iter()
