@@ -3,7 +3,7 @@
 //! measured in the same run (clock speeds differ between hosts, and between runs on a shared
 //! one).
 //!
-//! Each thread runs [`CHAINS`] independent chains of fused multiply-adds on registers for about
+//! Each thread runs `CHAINS` independent chains of fused multiply-adds on registers for about
 //! `seconds`; the peak is the floating-point operations of all threads over the wall time.
 
 use crate::error::{Error, Result};
