@@ -192,6 +192,16 @@ pub fn compile(
             function.add_attribute(AttributeLoc::Function, cpu);
             function.add_attribute(AttributeLoc::Function, features);
         }
+        // A parallel region outlined by the OpenMP translation (`<f>..omp_par`) keeps the
+        // vector width its function asked for (`polynomials::inline`).
+        let name = function.get_name().to_string_lossy().into_owned();
+        if let Some((parent, _)) = name.split_once("..omp_par")
+            && let Some(width) = llvm
+                .get_function(parent)
+                .and_then(|f| f.get_string_attribute(AttributeLoc::Function, "prefer-vector-width"))
+        {
+            function.add_attribute(AttributeLoc::Function, width);
+        }
     }
     add_entry(&ctx, &llvm, name, arg_count, cpu, features)?;
     inline_into_entry(&ctx, &llvm, name, &machine)?;

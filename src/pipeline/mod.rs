@@ -12,6 +12,7 @@ pub mod outline;
 pub mod pairs;
 pub mod parallel;
 pub mod patterns;
+pub mod polynomials;
 pub mod regions;
 pub mod reshapes;
 pub mod schedule;
@@ -71,8 +72,9 @@ pub enum Hook {
     /// pointers as alias scopes on the regions' loads and stores).
     Llvm,
     /// [`windows::mark`] after the passes: the loops over convolution and pooling windows are
-    /// marked for LLVM's full unrolling; then [`vmath::call_libmvec`]: math on vectors calls
-    /// libmvec's vector functions.
+    /// marked for LLVM's full unrolling; then [`polynomials::inline`] (`f32` exp and erf as
+    /// inline polynomials) and [`vmath::call_libmvec`]: math on vectors calls libmvec's vector
+    /// functions.
     Windows,
     /// A transform script (a module whose `transform.named_sequence @__transform_main` the
     /// stage's `transform-interpreter` runs), appended before the passes and erased after
@@ -159,11 +161,13 @@ impl Hook {
             }
             Hook::Windows => {
                 let marked = windows::mark(context, module)?;
+                let inlined = polynomials::inline(context, module, target)?;
                 let called = vmath::call_libmvec(context, module, target)?;
                 tracing::debug!(
                     loops = marked,
+                    inlined,
                     math = called,
-                    "window loops marked for full unrolling, vector math made libmvec calls"
+                    "window loops marked for full unrolling, exp and erf inlined, vector math made libmvec calls"
                 );
             }
             Hook::None | Hook::Expand | Hook::Outline | Hook::Patterns(_) | Hook::External(_) => {}
