@@ -125,18 +125,9 @@ struct Arithmetic<'c, 'a> {
 impl<'c, 'a> Arithmetic<'c, 'a> {
     fn new(context: &'c Context, op: OperationRef<'c, 'a>, shape: &[i64]) -> Result<Self> {
         let shape: String = shape.iter().map(|d| format!("{d}x")).collect();
-        let ty = |element: &str| {
-            let text = if shape.is_empty() {
-                element.to_string()
-            } else {
-                format!("vector<{shape}{element}>")
-            };
-            Type::parse(context, &text)
-                .ok_or_else(|| Error::stage(STAGE, format!("cannot parse the type {text}")))
-        };
         Ok(Self {
-            float: ty("f32")?,
-            int: ty("i32")?,
+            float: shaped(context, &shape, "f32")?,
+            int: shaped(context, &shape, "i32")?,
             shape,
             b: Builder {
                 context,
@@ -149,15 +140,16 @@ impl<'c, 'a> Arithmetic<'c, 'a> {
 
     /// A constant of the op's shape: `bits` in `element` (`f32` or `i32`).
     fn constant(&self, bits: String, element: &str) -> Result<Value<'c, 'a>> {
-        let (value, ty) = if self.shape.is_empty() {
-            (format!("{bits} : {element}"), element)
+        let value = if self.shape.is_empty() {
+            format!("{bits} : {element}")
         } else {
-            (
-                format!("dense<{bits}> : vector<{}{element}>", self.shape),
-                element,
-            )
+            format!("dense<{bits}> : vector<{}{element}>", self.shape)
         };
-        let result = if ty == "f32" { self.float } else { self.int };
+        let result = if element == "f32" {
+            self.float
+        } else {
+            self.int
+        };
         self.b
             .build("arith.constant", &[], result, &[("value", value)], vec![])
     }
@@ -246,14 +238,19 @@ impl<'c, 'a> Arithmetic<'c, 'a> {
 
     /// `i1`, or a vector of them: the type of a comparison.
     fn predicate_type(&self) -> Result<Type<'c>> {
-        let text = if self.shape.is_empty() {
-            "i1".to_string()
-        } else {
-            format!("vector<{}i1>", self.shape)
-        };
-        Type::parse(self.b.context, &text)
-            .ok_or_else(|| Error::stage(STAGE, format!("cannot parse the type {text}")))
+        shaped(self.b.context, &self.shape, "i1")
     }
+}
+
+/// `element`, or a vector of them of `shape` (`AxBx`, empty for a scalar).
+fn shaped<'c>(context: &'c Context, shape: &str, element: &str) -> Result<Type<'c>> {
+    let text = if shape.is_empty() {
+        element.to_string()
+    } else {
+        format!("vector<{shape}{element}>")
+    };
+    Type::parse(context, &text)
+        .ok_or_else(|| Error::stage(STAGE, format!("cannot parse the type {text}")))
 }
 
 /// Rewrites every `math.exp` and `math.erf` of `f32` in `module` as inline arithmetic (see
