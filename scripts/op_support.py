@@ -49,9 +49,9 @@ def tested_dtypes() -> dict[str, list[str]]:
     return out
 
 
-def status(op: str, native: dict[str, str]) -> str:
+def status(op: str, native: dict[str, str], symbolic: set[str]) -> str:
     if op in native:
-        return f"native ({native[op]})"
+        return f"native ({native[op]}){', symbolic sizes' if op in symbolic else ''}"
     if op in WRITTEN_OUT:
         return "written out (`fxmlir.passes.decompositions`), when its arguments allow"
     if op.split(".")[1].startswith("sym_"):
@@ -64,6 +64,7 @@ def status(op: str, native: dict[str, str]) -> str:
 
 def render() -> str:
     native = fxmlir.supported_ops()
+    symbolic = set(fxmlir._fxmlir.dynamic_ops())
     core = core_overloads()
     dtypes = tested_dtypes()
     lowered = [op for op in core if op in native]
@@ -78,12 +79,17 @@ def render() -> str:
         f"{len(lowered)} lowered natively ({100 * len(lowered) / len(core):.0f}%). "
         "Ops marked eager run in PyTorch between compiled partitions (see `fxmlir.explain`).",
         "Dtypes marked `*` have an expected failure for some sample, with its reason in the table.",
+        "Ops marked *symbolic sizes* lower with sizes Dynamo made symbolic: a graph of such ops",
+        "compiles once for every size ([interchange.md](interchange.md#symbolic-sizes)); any other",
+        "graph compiles per size.",
         "",
         "| core overload | status | dtypes tested against eager |",
         "|---|---|---|",
     ]
     for op in core:
-        lines.append(f"| `{op}` | {status(op, native)} | {', '.join(dtypes.get(op, [])) or '—'} |")
+        lines.append(
+            f"| `{op}` | {status(op, native, symbolic)} | {', '.join(dtypes.get(op, [])) or '—'} |"
+        )
     extra = sorted(op for op in native if op not in core)
     lines += [
         "",
@@ -93,7 +99,8 @@ def render() -> str:
         "|---|---|---|",
     ]
     for op in extra:
-        lines.append(f"| `{op}` | {native[op]} | {', '.join(dtypes.get(op, [])) or '—'} |")
+        family = native[op] + (", symbolic sizes" if op in symbolic else "")
+        lines.append(f"| `{op}` | {family} | {', '.join(dtypes.get(op, [])) or '—'} |")
     return "\n".join(lines) + "\n"
 
 
