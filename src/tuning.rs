@@ -50,6 +50,10 @@ pub const MIN_PARALLEL_RIGHT_BYTES: i64 = 128 << 10;
 /// loop costs a parallel region of a few microseconds.
 pub const SYMBOLIC_PLANNING_SIZE: i64 = 64;
 
+/// Bytes of rows a row group (a softmax's or a normalisation's passes, `pipeline::rows`) reads
+/// per block: the block stays in L1 (32-48 KiB) between the passes that read it.
+pub const ROW_BLOCK_BYTES: i64 = 16 << 10;
+
 /// The largest divisor of `n` that is at most `limit` (at least 1).
 pub fn largest_divisor_at_most(n: i64, limit: i64) -> i64 {
     (1..=limit.min(n).max(1))

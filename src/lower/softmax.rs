@@ -1,6 +1,6 @@
-//! Softmax as the normalization family's softmax rows and attention compute it: a maximum, a
-//! sum of exponentials and a normalising pass, with the two reductions kept for a caller that
-//! needs them (attention's logsumexp).
+//! Softmax as the normalization family's softmax rows and attention compute it: a maximum, the
+//! exponentials (computed once) and their sum, and a normalising pass, with the two reductions
+//! kept for a caller that needs them (attention's logsumexp).
 
 use super::emit::{iterators, reduced_map};
 use super::{Iter, LowerCtx, Operand, Scalar, Tensor, emit};
@@ -30,7 +30,8 @@ pub(super) struct Softmax<'c, 'a> {
 }
 
 /// Softmax (or log-softmax) of `x` over `dims`, computed in the compute dtype of `out_dtype`
-/// and converted to it: a maximum, a sum of exponentials, and a normalising pass.
+/// and converted to it: a maximum, a sum of exponentials, and a normalising pass (softmax
+/// multiplies the exponentials by the sum's reciprocal; log-softmax subtracts the sum's log).
 pub(super) fn softmax<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
@@ -61,56 +62,94 @@ pub(super) fn softmax<'c, 'a>(
             },
         )?;
     }
-    let zero = ctx.e.splat(&max.shape, acc, Scalar::Float(0.0))?;
     let identity = emit::identity_map(rank);
     let reduced = reduced_map(rank, dims);
-    let sum = ctx.e.generic(
+    if matches!(normalise, Normalise::Log) {
+        let zero = ctx.e.splat(&max.shape, acc, Scalar::Float(0.0))?;
+        let sum = ctx.e.generic(
+            &[(x.value, identity.clone()), (max.value, reduced.clone())],
+            &[(zero, reduced.clone())],
+            &iterators(rank, dims),
+            |b, v| {
+                let xv = b.convert(v[0], from, acc)?;
+                let shifted = b.same("arith.subf", &[xv, v[1]])?;
+                let e = b.exp_shifted(shifted, acc)?;
+                Ok(vec![b.same("arith.addf", &[v[2], e])?])
+            },
+        )?[0];
+        let init = ctx.e.empty(&x.shape, out_dtype)?;
+        let result = ctx.e.generic(
+            &[
+                (x.value, identity.clone()),
+                (max.value, reduced.clone()),
+                (sum, reduced),
+            ],
+            &[(init, identity)],
+            &vec![Iter::Parallel; rank],
+            |b, v| {
+                let xv = b.convert(v[0], from, acc)?;
+                let shifted = b.same("arith.subf", &[xv, v[1]])?;
+                let l = b.same("math.log", &[v[2]])?;
+                let r = b.same("arith.subf", &[shifted, l])?;
+                Ok(vec![b.convert(r, acc, out_dtype)?])
+            },
+        )?[0];
+        let sum = Tensor {
+            value: sum,
+            shape: max.shape.clone(),
+            dtype: acc,
+        };
+        return Ok(Softmax { result, max, sum });
+    }
+    // The exponentials once, summed, then scaled by the sum's reciprocal. The row group the
+    // `parallel` stage makes of these ops keeps a block of exponentials in L1 between the two.
+    let exps = ctx.e.empty(&x.shape, acc)?;
+    let exps = ctx.e.generic(
         &[(x.value, identity.clone()), (max.value, reduced.clone())],
-        &[(zero, reduced.clone())],
-        &iterators(rank, dims),
-        |b, v| {
-            let xv = b.convert(v[0], from, acc)?;
-            let shifted = b.same("arith.subf", &[xv, v[1]])?;
-            let e = b.exp_shifted(shifted, acc)?;
-            Ok(vec![b.same("arith.addf", &[v[2], e])?])
-        },
-    )?[0];
-    let init = ctx.e.empty(&x.shape, out_dtype)?;
-    let result = ctx.e.generic(
-        &[
-            (x.value, identity.clone()),
-            (max.value, reduced.clone()),
-            (sum, reduced),
-        ],
-        &[(init, identity)],
+        &[(exps, identity.clone())],
         &vec![Iter::Parallel; rank],
         |b, v| {
             let xv = b.convert(v[0], from, acc)?;
             let shifted = b.same("arith.subf", &[xv, v[1]])?;
-            let r = match normalise {
-                Normalise::Log => {
-                    let l = b.same("math.log", &[v[2]])?;
-                    b.same("arith.subf", &[shifted, l])?
-                }
-                Normalise::Exp => {
-                    let e = b.exp_shifted(shifted, acc)?;
-                    b.same("arith.divf", &[e, v[2]])?
-                }
-                Normalise::ExpMasked => {
-                    let e = b.exp_shifted(shifted, acc)?;
-                    let zero = b.constant(Scalar::Float(0.0), acc)?;
-                    let empty = b.cmpf("oeq", v[2], zero)?;
-                    let p = b.same("arith.divf", &[e, v[2]])?;
-                    b.select(empty, zero, p)?
-                }
-            };
-            Ok(vec![b.convert(r, acc, out_dtype)?])
+            Ok(vec![b.exp_shifted(shifted, acc)?])
         },
     )?[0];
-    let sum = Tensor {
-        value: sum,
-        shape: max.shape.clone(),
+    let exps = Tensor {
+        value: exps,
+        shape: x.shape.clone(),
         dtype: acc,
     };
+    let sum = ctx.reduce(&exps, dims, acc, Scalar::Float(0.0), |b, a, v| {
+        b.same("arith.addf", &[a, v])
+    })?;
+    let masked = matches!(normalise, Normalise::ExpMasked);
+    let reciprocal = ctx.elementwise(
+        &[Operand::Tensor(sum.clone())],
+        &[acc],
+        acc,
+        &sum.shape,
+        acc,
+        |b, v| {
+            let one = b.constant(Scalar::Float(1.0), acc)?;
+            let r = b.same("arith.divf", &[one, v[0]])?;
+            if !masked {
+                return Ok(r);
+            }
+            // A fully masked row sums to 0: its probabilities are zeros, not NaN.
+            let zero = b.constant(Scalar::Float(0.0), acc)?;
+            let empty = b.cmpf("oeq", v[0], zero)?;
+            b.select(empty, zero, r)
+        },
+    )?;
+    let init = ctx.e.empty(&x.shape, out_dtype)?;
+    let result = ctx.e.generic(
+        &[(exps.value, identity.clone()), (reciprocal, reduced)],
+        &[(init, identity)],
+        &vec![Iter::Parallel; rank],
+        |b, v| {
+            let p = b.same("arith.mulf", &[v[0], v[1]])?;
+            Ok(vec![b.convert(p, acc, out_dtype)?])
+        },
+    )?[0];
     Ok(Softmax { result, max, sum })
 }

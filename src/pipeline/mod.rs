@@ -15,6 +15,7 @@ pub mod patterns;
 pub mod polynomials;
 pub mod regions;
 pub mod reshapes;
+pub mod rows;
 pub mod schedule;
 pub mod transform;
 pub mod vmath;
@@ -220,12 +221,15 @@ const PARALLEL: Stage = Stage {
 /// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
 /// are computed in place; the others are copied into the caller's memrefs. A function that
 /// writes its result into an argument (a pairs product the schedule left a call) stops
-/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. After the
-/// passes, expansions MLIR's memref lowering cannot take become views ([`Hook::Bufferize`]).
+/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. Buffers
+/// allocated in a sequential loop (a row group's per-row values, one set per block of rows)
+/// are allocated once before it (`buffer-loop-hoisting`; it leaves them inside a thread's
+/// `scf.forall` chunk). After the passes, expansions MLIR's memref lowering cannot take become
+/// views ([`Hook::Bufferize`]).
 const BUFFERIZE: Stage = Stage {
     name: Cow::Borrowed("bufferize"),
     pipeline: Cow::Borrowed(
-        "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,buffer-deallocation-pipeline,canonicalize)",
+        "builtin.module(one-shot-bufferize{bufferize-function-boundaries=1 function-boundary-type-conversion=identity-layout-map},drop-equivalent-buffer-results,canonicalize,cse,func.func(buffer-loop-hoisting),buffer-deallocation-pipeline,canonicalize)",
     ),
     hook: Hook::Bufferize,
 };

@@ -14,7 +14,8 @@ use super::ir::maps::{
     IteratorKind, MapResult, backward_dims, body_ops, indexing_maps, is_identity_of,
     iterator_kinds, map_results, plain_body,
 };
-use super::ir::ops::{op_name, tensor_dims, tensor_shape};
+use super::ir::ops::{op_name, tensor_dims, tensor_shape, tensor_sizes};
+use super::rows;
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
 use crate::target::Target;
@@ -64,6 +65,62 @@ struct SplitOp {
     /// pointer): the fill then moves into the chunk loop, so each thread fills its own slice of
     /// the accumulator.
     fill_operand: Option<(usize, usize)>,
+    /// For the consumer of a row group: its members (by raw pointer, in block order) and its
+    /// row tiles, run in the row loop (see [`rows`]).
+    rows: Option<(Vec<usize>, Vec<i64>)>,
+}
+
+/// The element size of `op`'s first result in bytes (4 unless it is a 64- or 16-bit float).
+fn element_bytes(op: &OperationRef) -> i64 {
+    let element = op
+        .result(0)
+        .ok()
+        .and_then(|r| tensor_sizes(r.into()))
+        .map(|(_, e)| e);
+    match element.as_deref() {
+        Some("f64") => 8,
+        Some("bf16" | "f16") => 2,
+        _ => 4,
+    }
+}
+
+/// The split and row tiles of a row group's consumer, when a thread's share of its result
+/// exceeds `l2` bytes (a smaller one stays in L2 between the passes, which then cost less
+/// than the row loop) and its split (if any) falls on a loop of rows: `None` where only a
+/// split of a reduced loop spreads its work (a single long row), which is left to the ops one
+/// by one.
+fn row_plan(
+    op: &OperationRef,
+    rows: usize,
+    threads: i64,
+    l2: i64,
+) -> Option<(Option<ThreadSplit>, Vec<i64>)> {
+    let (ranges, parallel) = generic_loops(op, true)?;
+    let leading: Vec<bool> = parallel
+        .iter()
+        .enumerate()
+        .map(|(d, &p)| p && d < rows)
+        .collect();
+    let work = min_work(op);
+    let split = choose_split(&ranges, &leading, work, threads);
+    if split.is_none() && choose_split(&ranges, &parallel, work, threads).is_some() {
+        return None;
+    }
+    let chunks = split.map_or(1, |s| s.chunks);
+    if ranges.iter().product::<i64>() * element_bytes(op) / chunks <= l2 {
+        return None;
+    }
+    let fixed = generic_loops(op, false).map(|(r, _)| r);
+    let extent = fixed.as_ref().and_then(|r| {
+        let whole = r[rows - 1];
+        match split {
+            Some(s) if s.dim == rows - 1 => (whole % s.chunks == 0).then(|| whole / s.chunks),
+            _ => Some(whole),
+        }
+    });
+    let row_elements = fixed.map(|r| r[rows..].iter().product());
+    let tiles = rows::row_tiles(ranges.len(), rows, extent, row_elements, element_bytes(op));
+    Some((split, tiles))
 }
 
 fn fill_operand(op: &OperationRef) -> Option<(usize, usize)> {
@@ -300,8 +357,9 @@ fn flattens(op: &OperationRef) -> bool {
         && plain_body(op)
 }
 
-/// The ops of every function's body (not nested in loops) to split, tile or flatten.
-fn plan_splits(module: &Module, threads: i64) -> Vec<SplitOp> {
+/// The ops of every function's body (not nested in loops) to split, tile or flatten, and the
+/// row groups among them whose tensors outgrow `l2` (see [`row_plan`]).
+fn plan_splits(module: &Module, threads: i64, l2: i64) -> Vec<SplitOp> {
     let mut planned = Vec::new();
     let mut function = module.body().first_operation();
     while let Some(f) = function {
@@ -310,8 +368,40 @@ fn plan_splits(module: &Module, threads: i64) -> Vec<SplitOp> {
             .ok()
             .and_then(|r| r.first_block())
             .filter(|_| f.name().as_string_ref().as_str() == Ok("func.func"));
+        let mut ops = Vec::new();
         let mut next = block.and_then(|b| b.first_operation());
         while let Some(op) = next {
+            ops.push(op);
+            next = op.next_in_block();
+        }
+        let mut members = HashSet::new();
+        let mut consumers = HashMap::new();
+        for mut group in rows::find(&ops) {
+            let consumer = ops
+                .iter()
+                .find(|o| o.to_raw().ptr as usize == group.consumer);
+            if let Some(plan) = consumer.and_then(|c| row_plan(c, group.rows, threads, l2)) {
+                rows::privatise_fills(&mut group, &ops);
+                members.extend(group.members.iter().copied());
+                consumers.insert(group.consumer, (group.members, plan));
+            }
+        }
+        for op in ops {
+            let key = op.to_raw().ptr as usize;
+            if members.contains(&key) {
+                continue;
+            }
+            if let Some((group, (split, tiles))) = consumers.remove(&key) {
+                planned.push(SplitOp {
+                    op: key,
+                    split,
+                    flatten: false,
+                    transpose: None,
+                    fill_operand: fill_operand(&op),
+                    rows: Some((group, tiles)),
+                });
+                continue;
+            }
             let name = op.name().as_string_ref().as_str().unwrap_or("").to_string();
             if op.result_count() == 1
                 && let Some((ranges, parallel)) = loops(&op, &name)
@@ -322,15 +412,15 @@ fn plan_splits(module: &Module, threads: i64) -> Vec<SplitOp> {
                 let flatten = generic && flattens(&op);
                 if split.is_some() || transpose.is_some() || flatten {
                     planned.push(SplitOp {
-                        op: op.to_raw().ptr as usize,
+                        op: key,
                         split,
                         flatten,
                         transpose,
                         fill_operand: fill_operand(&op),
+                        rows: None,
                     });
                 }
             }
-            next = op.next_in_block();
         }
         function = f.next_in_block();
     }
@@ -346,6 +436,22 @@ fn plan_splits(module: &Module, threads: i64) -> Vec<SplitOp> {
     planned
 }
 
+/// Appends to `body` the fusion of a row group's members (`handles`, in block order) into
+/// `container`, the last member first (each member is then used inside the loop), with common
+/// subexpressions merged after each: a value two members read (a softmax's maximum) is tiled
+/// for each use, and merged, its own producers are fused once. `handles` become those of the
+/// fused members; `prefix` names the new handles.
+fn fuse_members(body: &mut String, prefix: &str, handles: &mut [String], mut container: String) {
+    for (j, member) in handles.iter_mut().enumerate().rev() {
+        let _ = writeln!(
+            body,
+            "    %{prefix}_{j}, %{prefix}c{j} = transform.structured.fuse_into_containing_op {member} into {container} : ({ANY}, {ANY}) -> ({ANY}, {ANY})\n    transform.apply_cse to %{prefix}c{j} : {ANY}"
+        );
+        container = format!("%{prefix}c{j}");
+        *member = format!("%{prefix}_{j}");
+    }
+}
+
 /// Tags the ops to split and appends the script that splits them. Returns how many ops it
 /// split across `target`'s threads. A module that already has a `@__transform_main` is left
 /// alone.
@@ -353,9 +459,10 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
     if has_entry(module) {
         return Ok(0);
     }
-    let planned = plan_splits(module, target.threads as i64);
+    let planned = plan_splits(module, target.threads as i64, target.l2_bytes);
     let mut tags = HashMap::new();
     let mut body = String::new();
+    let mut members_tagged = 0;
     for (id, p) in planned.iter().enumerate() {
         tags.insert(p.op, (TAG, id as i64));
         // Formatting into a String cannot fail.
@@ -364,6 +471,19 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
             "    %p{id} = transform.structured.match attributes {{{TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY}"
         );
         let mut op = format!("%p{id}");
+        let mut member_handles = Vec::new();
+        if let Some((group, _)) = &p.rows {
+            for (j, &member) in group.iter().enumerate() {
+                tags.insert(member, (rows::MEMBER_TAG, members_tagged));
+                let _ = writeln!(
+                    body,
+                    "    %m{id}_{j} = transform.structured.match attributes {{{} = {members_tagged} : i64}} in %root : ({ANY}) -> {ANY}",
+                    rows::MEMBER_TAG
+                );
+                member_handles.push(format!("%m{id}_{j}"));
+                members_tagged += 1;
+            }
+        }
         if let Some(split) = p.split {
             if let Some((init, _)) = p.fill_operand {
                 let _ = writeln!(
@@ -378,13 +498,27 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
                 "    %t{id}, %f{id} = transform.structured.tile_using_forall %p{id} num_threads {} : ({ANY}) -> ({ANY}, {ANY})",
                 list(&counts)
             );
+            let mut container = format!("%f{id}");
             if p.fill_operand.is_some() {
                 let _ = writeln!(
                     body,
                     "    %fi{id}, %fl{id} = transform.structured.fuse_into_containing_op %i{id} into %f{id} : ({ANY}, {ANY}) -> ({ANY}, {ANY})"
                 );
+                container = format!("%fl{id}");
             }
             op = format!("%t{id}");
+            fuse_members(&mut body, &format!("s{id}"), &mut member_handles, container);
+        }
+        if let Some((_, tiles)) = &p.rows {
+            let loops = tiles.iter().filter(|&&t| t != 0).count();
+            let _ = writeln!(
+                body,
+                "    %rt{id}, %rr{id}:{loops} = transform.structured.tile_using_for {op} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                list(tiles),
+                handles(loops)
+            );
+            let innermost = format!("%rr{id}#{}", loops - 1);
+            fuse_members(&mut body, &format!("r{id}"), &mut member_handles, innermost);
         }
         if p.flatten {
             let _ = writeln!(
