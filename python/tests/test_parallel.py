@@ -65,6 +65,49 @@ def test_split_ops_match_eager(name, two_threads, tmp_path):
         assert loops.count("vector.shuffle") >= 64, "the transpose was not done in registers"
 
 
+def _rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _masked_attention(q, k, v, bias):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+# Row groups (src/pipeline/rows.rs) form where a thread's share of the result outgrows the
+# target's L2; with a 64 KiB L2 these run row by row (blocks of rows, the reductions and
+# exponentials fused into the row loop).
+ROW_GROUPS = {
+    "softmax": (lambda x: torch.softmax(x, dim=-1), [(256, 1024)]),
+    "softmax_4d": (lambda x: torch.softmax(x * 0.5, dim=-1), [(2, 4, 96, 160)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, dim=-1), [(128, 1000)]),
+    "layer_norm": (_layer_norm, [(64, 128, 256), (256,), (256,)]),
+    "rms_norm": (_rms_norm, [(512, 384), (384,)]),
+    "masked_attention": (_masked_attention, [(1, 4, 256, 64)] * 3 + [(256, 256)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_GROUPS))
+def test_row_groups_match_eager(name, two_threads, tmp_path):
+    fn, shapes = ROW_GROUPS[name]
+    actual, expected = compiled_and_eager(
+        fn, shapes, torch.float32, tmp_path, target="x86-64-v3,l2=64K"
+    )
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    split = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.04-parallel.mlir"))
+    assert "fxmlir.row_member" in split, "no row group was formed"
+
+
+def test_small_rows_stay_ungrouped(two_threads, tmp_path):
+    """A softmax whose tensor stays within L2 keeps its passes one by one."""
+    fn, shapes = ROW_GROUPS["softmax"]
+    actual, expected = compiled_and_eager(
+        fn, shapes, torch.float32, tmp_path, target="x86-64-v3,l2=2M"
+    )
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    split = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.04-parallel.mlir"))
+    assert split and "fxmlir.row_member" not in split
+
+
 def test_one_thread_compiles_serial_code(tmp_path):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
