@@ -97,6 +97,25 @@ def test_row_groups_match_eager(name, two_threads, tmp_path):
     assert "fxmlir.row_member" in split, "no row group was formed"
 
 
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
+def test_row_groups_keep_nan_and_infinite_rows(fn, two_threads, tmp_path):
+    """Grouped, a row holding a NaN still gives NaNs throughout (the maximum skips NaNs, the
+    sum of exponentials does not), a row of -inf gives NaNs, one holding +inf what eager
+    gives."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 2048)
+    x[1, 7] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("inf")
+    torch._dynamo.reset()
+    with fxmlir.config.patch(dump_dir=str(tmp_path), target="x86-64-v3,l2=64K", fallback="error"):
+        actual = torch.compile(lambda t: fn(t, -1), backend="fxmlir")(x)
+    expected = fn(x, -1)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL, equal_nan=True)
+    split = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.04-parallel.mlir"))
+    assert "fxmlir.row_member" in split, "no row group was formed"
+
+
 def test_small_rows_stay_ungrouped(two_threads, tmp_path):
     """A softmax whose tensor stays within L2 keeps its passes one by one."""
     fn, shapes = ROW_GROUPS["softmax"]

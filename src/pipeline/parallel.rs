@@ -14,7 +14,7 @@ use super::ir::maps::{
     IteratorKind, MapResult, backward_dims, body_ops, indexing_maps, is_identity_of,
     iterator_kinds, map_results, plain_body,
 };
-use super::ir::ops::{op_name, tensor_dims, tensor_shape, tensor_sizes};
+use super::ir::ops::{op_name, tensor_dims, tensor_shape};
 use super::rows;
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
@@ -23,10 +23,14 @@ use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK, SYMBOLIC_PLANNING
 use melior::{
     Context,
     ir::{
-        Module, OperationRef, RegionLike, block::BlockLike, operation::OperationLike,
+        Module, OperationRef, RegionLike, TypeLike, ValueLike,
+        block::BlockLike,
+        operation::OperationLike,
         operation::OperationResult,
+        r#type::{RankedTensorType, ShapedTypeLike},
     },
 };
+use mlir_sys::{mlirFloatTypeGetWidth, mlirTypeIsAFloat};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
@@ -70,18 +74,25 @@ struct SplitOp {
     rows: Option<(Vec<usize>, Vec<i64>)>,
 }
 
-/// The element size of `op`'s first result in bytes (4 unless it is a 64- or 16-bit float).
+/// The element size of `op`'s first result in bytes, for a float tensor (else 4).
 fn element_bytes(op: &OperationRef) -> i64 {
-    let element = op
+    let Some(tensor) = op
         .result(0)
         .ok()
-        .and_then(|r| tensor_sizes(r.into()))
-        .map(|(_, e)| e);
-    match element.as_deref() {
-        Some("f64") => 8,
-        Some("bf16" | "f16") => 2,
-        _ => 4,
-    }
+        .and_then(|r| RankedTensorType::try_from(r.r#type()).ok())
+    else {
+        return 4;
+    };
+    let element = tensor.element().to_raw();
+    // SAFETY: a live type, asked for a float's width only when it is a float.
+    let bits = unsafe {
+        if mlirTypeIsAFloat(element) {
+            mlirFloatTypeGetWidth(element)
+        } else {
+            32
+        }
+    };
+    (i64::from(bits) / 8).max(1)
 }
 
 /// The split and row tiles of a row group's consumer, when a thread's share of its result
@@ -509,15 +520,17 @@ pub fn attach(context: &Context, module: &mut Module, target: &Target) -> Result
             op = format!("%t{id}");
             fuse_members(&mut body, &format!("s{id}"), &mut member_handles, container);
         }
-        if let Some((_, tiles)) = &p.rows {
-            let loops = tiles.iter().filter(|&&t| t != 0).count();
+        if let Some((_, tiles)) = &p.rows
+            && let Some(innermost) = tiles.iter().filter(|&&t| t != 0).count().checked_sub(1)
+        {
+            let loops = innermost + 1;
             let _ = writeln!(
                 body,
                 "    %rt{id}, %rr{id}:{loops} = transform.structured.tile_using_for {op} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
                 list(tiles),
                 handles(loops)
             );
-            let innermost = format!("%rr{id}#{}", loops - 1);
+            let innermost = format!("%rr{id}#{innermost}");
             fuse_members(&mut body, &format!("r{id}"), &mut member_handles, innermost);
         }
         if p.flatten {

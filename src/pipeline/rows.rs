@@ -2,14 +2,15 @@
 //!
 //! Such an op lowers to reductions over the trailing dimensions of one tensor (a maximum and a
 //! sum of exponentials; a sum and a sum of squares), small elementwise ops on their per-row
-//! results, and one all-parallel consumer that reads the tensor again beside those results.
-//! Split one by one, each of them was its own loop nest over the whole tensor: a softmax over
-//! 8 x 2048 x 2048 scores read its 128 MiB three times from memory.
+//! results, sometimes an elementwise op on whole rows that only they read (a softmax's
+//! exponentials), and one all-parallel consumer that reads the rows again beside the per-row
+//! results. Split one by one, each of them was its own loop nest over the whole tensor: a
+//! softmax over 8 x 2048 x 2048 scores read its 128 MiB three times from memory.
 //!
-//! A row group is that consumer with the ops computing its per-row inputs (its *members*).
-//! The `parallel` stage tiles the consumer by rows (after splitting it across threads) and
-//! fuses the members into the row loop, so each block of rows is read while it is still in
-//! L1 or L2: the tensor is read from memory once and the result written once.
+//! A row group is that consumer with the ops computing its inputs (its *members*). Where a
+//! thread's share of the tensor outgrows L2, the `parallel` stage splits the consumer across
+//! threads, tiles it into blocks of rows and fuses the members into the row loop, so each
+//! block is read from memory once and reread from L1 (see `parallel::attach`).
 
 use super::ir::maps::{
     IteratorKind, MapResult, indexing_maps, is_identity_of, iterator_kinds, map_results,
@@ -52,6 +53,7 @@ fn row_prefix(map: melior::ir::AffineMap) -> Option<usize> {
         .then_some(k)
 }
 
+/// Whether the schedule took `op` into a product (as the product or its epilogue).
 fn tagged(op: &OperationRef) -> bool {
     [CONTRACTION_TAG, EPILOGUE_TAG]
         .iter()
@@ -69,7 +71,7 @@ fn consumer_rows(op: &OperationRef) -> Option<usize> {
         return None;
     }
     let maps = indexing_maps(op)?;
-    let inputs = op.operand_count() - 1;
+    let inputs = op.operand_count().saturating_sub(1);
     let mut rows = None;
     for (i, map) in maps.iter().take(inputs).enumerate() {
         let Some(k) = row_prefix(*map) else { continue };
