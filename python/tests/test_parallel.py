@@ -116,6 +116,35 @@ def test_row_groups_keep_nan_and_infinite_rows(fn, two_threads, tmp_path):
     assert "fxmlir.row_member" in split, "no row group was formed"
 
 
+def test_row_groups_with_symbolic_sizes(two_threads, tmp_path):
+    """With symbolic sizes, a group whose rows have a static length forms (a layer norm over
+    768, a softmax over a batch marked dynamic), one whose row length is symbolic does not;
+    either way every size matches eager and no stage is skipped (the autouse fixture)."""
+    w = torch.randn(768)
+
+    def fn(x, y):
+        return torch.softmax(x, -1), F.layer_norm(y, (768,), w, w)
+
+    def scores(s):
+        return torch.softmax(s * 0.125, -1)
+
+    torch._dynamo.reset()
+    config = {"dump_dir": str(tmp_path), "target": "x86-64-v3,l2=64K", "fallback": "error"}
+    with torch.no_grad(), fxmlir.config.patch(**config):
+        everything = torch.compile(fn, backend="fxmlir", dynamic=True)
+        batch_only = torch.compile(scores, backend="fxmlir")
+        for n in (2, 3, 5):
+            x, y = torch.randn(n, 64, 512), torch.randn(n, 96, 768)
+            for actual, expected in zip(everything(x, y), fn(x, y)):
+                torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+            s = torch.randn(n, 4, 128, 128)
+            torch._dynamo.mark_dynamic(s, 0)
+            torch.testing.assert_close(batch_only(s), scores(s), atol=ATOL, rtol=RTOL)
+    dumps = sorted(pathlib.Path(tmp_path).glob("*.04-parallel.mlir"))
+    symbolic = [d.read_text() for d in dumps if "tensor<?x" in d.read_text()]
+    assert symbolic and all("fxmlir.row_member" in text for text in symbolic)
+
+
 def test_small_rows_stay_ungrouped(two_threads, tmp_path):
     """A softmax whose tensor stays within L2 keeps its passes one by one."""
     fn, shapes = ROW_GROUPS["softmax"]

@@ -121,15 +121,16 @@ fn row_plan(
     if ranges.iter().product::<i64>() * element_bytes(op) / chunks <= l2 {
         return None;
     }
-    let fixed = generic_loops(op, false).map(|(r, _)| r);
-    let extent = fixed.as_ref().and_then(|r| {
-        let whole = r[rows - 1];
-        match split {
-            Some(s) if s.dim == rows - 1 => (whole % s.chunks == 0).then(|| whole / s.chunks),
-            _ => Some(whole),
-        }
+    // The result's sizes, loop by loop (the consumer writes it through the identity map). A
+    // symbolic row length is not grouped: fusing the members into the row loop then tiled
+    // the exponentials once per reader, each sized through a `tensor.dim` of its own, which
+    // nothing merges, and the fusion after them failed.
+    let sizes = tensor_dims(op.result(0).ok()?.into())?;
+    let row_elements = sizes[rows..].iter().copied().product::<Option<i64>>()?;
+    let extent = sizes[rows - 1].and_then(|whole| match split {
+        Some(s) if s.dim == rows - 1 => (whole % s.chunks == 0).then(|| whole / s.chunks),
+        _ => Some(whole),
     });
-    let row_elements = fixed.map(|r| r[rows..].iter().product());
     let tiles = rows::row_tiles(ranges.len(), rows, extent, row_elements, element_bytes(op));
     Some((split, tiles))
 }

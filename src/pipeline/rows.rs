@@ -61,7 +61,8 @@ fn tagged(op: &OperationRef) -> bool {
 }
 
 /// The consumer's row count: the length of the row prefix its per-row inputs share (fewer
-/// than its loops), when it is an all-parallel generic with one result.
+/// than its loops), when it is an all-parallel generic with one result, written through the
+/// identity map.
 fn consumer_rows(op: &OperationRef) -> Option<usize> {
     if op_name(op) != "linalg.generic" || op.result_count() != 1 || tagged(op) {
         return None;
@@ -71,6 +72,9 @@ fn consumer_rows(op: &OperationRef) -> Option<usize> {
         return None;
     }
     let maps = indexing_maps(op)?;
+    if !maps.last().is_some_and(|m| is_identity_of(*m, kinds.len())) {
+        return None;
+    }
     let inputs = op.operand_count().saturating_sub(1);
     let mut rows = None;
     for (i, map) in maps.iter().take(inputs).enumerate() {
@@ -304,17 +308,18 @@ pub fn privatise_fills(group: &mut RowGroup, ops: &[OperationRef]) {
 
 /// The consumer's row tiles: unit tiles over the leading `rows - 1` loops, then as many rows as
 /// fit [`ROW_BLOCK_BYTES`] (a divisor of `extent`, the row loop's length in a thread's chunk,
-/// at least one), none over the rest. `row_elements` and `element_bytes` give a row's size.
+/// at least one; one for a symbolic `extent`), none over the rest. `row_elements` and
+/// `element_bytes` give a row's size.
 pub fn row_tiles(
     loops: usize,
     rows: usize,
     extent: Option<i64>,
-    row_elements: Option<i64>,
+    row_elements: i64,
     element_bytes: i64,
 ) -> Vec<i64> {
-    let block = match (extent, row_elements) {
-        (Some(extent), Some(elements)) if extent > 0 && elements > 0 => {
-            largest_divisor_at_most(extent, ROW_BLOCK_BYTES / (elements * element_bytes))
+    let block = match extent {
+        Some(extent) if extent > 0 && row_elements > 0 => {
+            largest_divisor_at_most(extent, ROW_BLOCK_BYTES / (row_elements * element_bytes))
         }
         _ => 1,
     };
@@ -334,13 +339,13 @@ mod tests {
     #[test]
     fn row_tiles_fit_a_block_of_rows_that_divides_the_loop() {
         // Softmax over 2048 f32 scores: 8 KiB rows, two per 16 KiB block.
-        assert_eq!(row_tiles(4, 3, Some(2048), Some(2048), 4), vec![1, 1, 2, 0]);
+        assert_eq!(row_tiles(4, 3, Some(2048), 2048, 4), vec![1, 1, 2, 0]);
         // 768-wide rows: five would fit, four divide 128.
-        assert_eq!(row_tiles(3, 2, Some(128), Some(768), 4), vec![1, 4, 0]);
+        assert_eq!(row_tiles(3, 2, Some(128), 768, 4), vec![1, 4, 0]);
         // A row larger than the block, a symbolic row count: one row at a time.
-        assert_eq!(row_tiles(2, 1, Some(64), Some(8192), 4), vec![1, 0]);
-        assert_eq!(row_tiles(3, 2, None, Some(64), 4), vec![1, 1, 0]);
+        assert_eq!(row_tiles(2, 1, Some(64), 8192, 4), vec![1, 0]);
+        assert_eq!(row_tiles(3, 2, None, 64, 4), vec![1, 1, 0]);
         // Two leading loops of rows, a trailing pair of reduced ones.
-        assert_eq!(row_tiles(4, 2, Some(7), Some(16), 4), vec![1, 7, 0, 0]);
+        assert_eq!(row_tiles(4, 2, Some(7), 16, 4), vec![1, 7, 0, 0]);
     }
 }
