@@ -99,6 +99,39 @@ func.func @mm_blocked(%arg0: memref<1024x1024xf32>, %arg1: memref<1024x1024xf32>
 
 // -----
 
+// 101 rows (prime) of a blocked product: 12 full register tiles and a rest of 5 rows, which
+// stays in the rows loop. That loop is peeled after the block is packed, so the rest's
+// one-row tiles read the same panels as the full tiles (cut off as a product of its own, the
+// rest read the right operand where it lies, a row stride apart).
+// CHECK-LABEL: func.func @mm_blocked_rest(
+// CHECK-DAG:     %[[C96:.*]] = arith.constant 96 : index
+// CHECK-DAG:     %[[C5:.*]] = arith.constant 5 : index
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c256
+// CHECK:           %[[PANELS:.*]] = scf.for {{.*}} -> (tensor<?x256x32xf32>)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C96]] step %c8
+// CHECK:             scf.for
+// CHECK:               scf.for {{.*}} -> (vector<8x32xf32>)
+// CHECK:                 vector.transfer_read %[[PANELS]]{{.*}} : tensor<?x256x32xf32>, vector<4x32xf32>
+// CHECK:                 vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:           scf.for
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %[[C5]] step %c1
+// CHECK:               scf.for {{.*}} -> (vector<32xf32>)
+// CHECK:                 vector.transfer_read %[[PANELS]]{{.*}} : tensor<?x256x32xf32>, vector<4x32xf32>
+// CHECK:                 vector.contract {{.*}} : vector<4xf32>, vector<4x32xf32> into vector<32xf32>
+// CHECK-NOT:     linalg.matmul
+func.func @mm_blocked_rest(%arg0: memref<101x1024xf32>, %arg1: memref<1024x512xf32>, %arg2: memref<101x512xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<101x1024xf32> to tensor<101x1024xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<1024x512xf32> to tensor<1024x512xf32>
+  %2 = tensor.empty() : tensor<101x512xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<101x512xf32>) -> tensor<101x512xf32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<101x1024xf32>, tensor<1024x512xf32>) outs(%3 : tensor<101x512xf32>) -> tensor<101x512xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<101x512xf32>, memref<101x512xf32>) -> ()
+  return
+}
+
+// -----
+
 // 64 rows: the left block (64 x 256, 64 KiB) stays in cache while columns vary, so column
 // tiles go outermost inside the blocks (256 deep, 512 wide, packed like @mm_blocked's).
 // CHECK-LABEL: func.func @mm_wide(

@@ -26,6 +26,7 @@ CASES = {
     "mm": (lambda a, b: a @ b, [(96, 2048), (2048, 1024)], torch.float32),
     "unblocked": (lambda a, b: a @ b, [(256, 256), (256, 256)], torch.float32),
     "mm_prime_rows": (lambda a, b: a @ b, [(37, 1024), (1024, 1024)], torch.float32),
+    "vit_rows": (lambda a, b: a @ b, [(197, 768), (768, 3072)], torch.float32),
     "bmm": (lambda a, b: a @ b, [(2, 32, 1024), (2, 1024, 768)], torch.float32),
     "bias_relu": (
         lambda a, b, c: F.relu(a @ b + c),
@@ -66,3 +67,21 @@ def test_one_row_reads_the_right_operand_in_place(tmp_path):
     )
     assert re.search(r'matmul 1x2048x1024 f32: [^"]*k block \d+,', scripts)
     assert "hoist_pad" not in scripts
+
+
+def test_a_short_last_row_tile_reads_the_packed_panels(tmp_path):
+    """ViT-Base's 197 tokens: 24 register tiles of 8 rows and a rest of 5, which is peeled
+    from the rows loop after the block is packed (one packing per block, read by both), and
+    gives eager's results. Cut off as a product of its own, the rest would not be packed."""
+    fn, shapes, dtype = CASES["vit_rows"]
+    actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path, target=PACKING)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-3)
+    scripts = "".join(
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
+    )
+    assert re.search(
+        r"matmul 197x768x3072 f32: [^\"]*rows peeled and split at 192 \(rest 5\)", scripts
+    )
+    # One packing per column part, each followed by the peel of its rows loop.
+    packings = scripts.count("transform.structured.hoist_pad")
+    assert packings == scripts.count("transform.loop.peel") >= 1

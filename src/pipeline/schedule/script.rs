@@ -49,7 +49,11 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             ", column block {} over {} columns",
             b.size, b.covers
         )),
-        split("rows", t.m_split),
+        if p.peeled_rest().is_some() {
+            split("rows peeled and", t.m_split)
+        } else {
+            split("rows", t.m_split)
+        },
         split("columns", t.n_split),
         split("column rest", t.n_tail),
         match (p.problem.dynamic_rows, p.problem.dynamic_columns) {
@@ -114,6 +118,10 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         }
         _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
     }
+    // A blocked product's short last row tile is peeled from the rows loop (the rows are then
+    // one part).
+    let rest = p.peeled_rest();
+    let row_split = t.m_split.filter(|_| rest.is_none());
     let whole = t.m_split.is_none() && t.n_split.is_none();
     for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
@@ -127,9 +135,10 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                 handles(loops)
             )?;
             let mut reductions = Vec::new();
-            for (r, (row, mr)) in emit_row_split(out, &format!("%b{name}"), &name, m_dim, t)?
-                .into_iter()
-                .enumerate()
+            for (r, (row, mr)) in
+                emit_row_split(out, &format!("%b{name}"), &name, m_dim, t, row_split)?
+                    .into_iter()
+                    .enumerate()
             {
                 let part = format!("{name}_{r}");
                 let sizes = with_zero(&[mr, *nr, 0]);
@@ -140,6 +149,18 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     interchange(sizes.len())
                 )?;
                 let depth = (kc, *nr);
+                if let Some(rest) = rest {
+                    // The rows loop is the inner one when the columns go outermost.
+                    let rows_loop = format!("%tl{part}#{}", usize::from(t.columns_outer));
+                    let tile = format!("%t{part}");
+                    let handles = (tile.as_str(), rows_loop.as_str());
+                    for (_, reduction) in
+                        emit_rest_tiles(out, (id, &part), handles, p, rest.at, kc)?
+                    {
+                        reductions.push(reduction);
+                    }
+                    continue;
+                }
                 if !p.problem.dynamic_rows {
                     let rows = (part_rows(r), mr);
                     let tile = format!("%t{part}");
@@ -158,7 +179,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             }
             emit_vectorize(out, &name, &format!("%bl{name}#0"), &reductions, pairs)?;
         } else {
-            for (r, (row, mr)) in emit_row_split(out, handle, &name, m_dim, t)?
+            for (r, (row, mr)) in emit_row_split(out, handle, &name, m_dim, t, row_split)?
                 .into_iter()
                 .enumerate()
             {
@@ -286,15 +307,16 @@ pub(super) fn emit_split(
 }
 
 /// The row parts of `handle` with their register-tile rows: itself, or its two halves when
-/// the rows are split.
+/// `split` cuts the rows.
 pub(super) fn emit_row_split(
     out: &mut String,
     handle: &str,
     name: &str,
     dim: usize,
     t: &Tiles,
+    split: Option<TileSplit>,
 ) -> Result<Vec<(String, i64)>, std::fmt::Error> {
-    Ok(match t.m_split {
+    Ok(match split {
         Some(s) => {
             let (main, rest) = emit_split(out, handle, &format!("m{name}"), dim, s.at)?;
             vec![(main, t.mr), (rest, s.rest)]
@@ -322,7 +344,10 @@ pub(super) fn emit_packing(
     zero: &[i64],
     (kc, nr): (i64, i64),
 ) -> Result<String, std::fmt::Error> {
-    let dims: Vec<i64> = (0..zero.len() as i64 + 3).collect();
+    // Not the rows: a short last register tile keeps its rows (padded, the left operand and
+    // the accumulator would be copied per tile).
+    let m_dim = zero.len() as i64;
+    let dims: Vec<i64> = (0..m_dim + 3).filter(|&d| d != m_dim).collect();
     // The copy moves `rows` rows of the panel per iteration (unrolled whole, a 256-deep panel
     // was 512 vector transfers, and LLVM took a second over three of them).
     let rows = largest_divisor_at_most(kc, PACK_ROWS);
@@ -464,17 +489,71 @@ pub(super) fn emit_tile_body(
     (rows, mr): (i64, i64),
     (depth, nr): (i64, i64),
 ) -> Result<String, std::fmt::Error> {
+    let tile = emit_tile_packing(out, part, tile, p, rows, (depth, nr))?;
+    emit_tile_reduction(out, part, &tile, p, (mr, nr))
+}
+
+/// The right operand of register tile `tile` packed when [`PlannedProduct::packs`] says so
+/// for its `rows`; returns the handle of the tile that reads it.
+pub(super) fn emit_tile_packing(
+    out: &mut String,
+    part: &str,
+    tile: &str,
+    p: &PlannedProduct,
+    rows: i64,
+    (depth, nr): (i64, i64),
+) -> Result<String, std::fmt::Error> {
     let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
-    let tile = if p.packs(rows, nr) {
-        emit_packing(out, part, tile, p.problem.operand, zero, (depth, nr))?
+    if p.packs(rows, nr) {
+        emit_packing(out, part, tile, p.problem.operand, zero, (depth, nr))
     } else {
-        tile.to_string()
-    };
-    emit_reduction_tile(out, part, &tile, &[zero, &[0, 0, p.tiles.ku]].concat())?;
+        Ok(tile.to_string())
+    }
+}
+
+/// The reduction loop of register tile `tile` (`mr` x `nr`) and a pairs product's lanes;
+/// returns the handle of the reduction loop.
+pub(super) fn emit_tile_reduction(
+    out: &mut String,
+    part: &str,
+    tile: &str,
+    p: &PlannedProduct,
+    (mr, nr): (i64, i64),
+) -> Result<String, std::fmt::Error> {
+    let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
+    emit_reduction_tile(out, part, tile, &[zero, &[0, 0, p.tiles.ku]].concat())?;
     if p.problem.element == Element::Bf16Pairs {
         emit_pair_lanes(out, part, zero, (mr, nr))?;
     }
     Ok(format!("%kl{part}"))
+}
+
+/// The register tiles of a part whose rows leave a short last tile: its right operand packed
+/// once for all `rows` (from `depth`-deep slices of `nr` columns), then the rows loop
+/// `rows_loop` peeled as symbolic rows are (see [`emit_peel`]), each part tiled along its
+/// reduction. The rest's one-row tiles read the packed panels too. Returns the two parts as
+/// [`emit_peel`] does, with their reduction loops.
+pub(super) fn emit_rest_tiles(
+    out: &mut String,
+    (id, part): (usize, &str),
+    (tile, rows_loop): (&str, &str),
+    p: &PlannedProduct,
+    rows: i64,
+    depth: i64,
+) -> Result<Vec<(Peeled, String)>, std::fmt::Error> {
+    let nr = p.tiles.nr;
+    emit_tile_packing(out, part, tile, p, rows, (depth, nr))?;
+    let mut parts = Vec::new();
+    let peel = format!("{part}r");
+    for (i, peeled) in emit_peel(out, id, &peel, rows_loop, p, (false, Peel::Rows))?
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("{part}_{i}");
+        let reduction = emit_tile_reduction(out, &name, &peeled.tile, p, (peeled.mr, nr))?;
+        parts.push((peeled, reduction));
+    }
+    Ok(parts)
 }
 
 /// One of the two parts [`emit_peel`] leaves: the loop it is in, its register tile, the rows
