@@ -63,6 +63,44 @@ func.func @addmm_relu(%arg0: memref<256x512xf32>, %arg1: memref<512x256xf32>, %a
 
 // -----
 
+// The same product over 197 rows (prime): 24 register tiles of 8 rows, then the rows loop is
+// peeled and its last 5 rows tiled a row at a time, each row with its epilogue and its zero
+// init: no fill of the whole output remains and the product never reaches memory (cut off as
+// a product of its own, the rest would keep a whole fill and an epilogue pass of its own).
+// CHECK-LABEL: func.func @addmm_relu_rest(
+// CHECK-DAG:     %[[C192:.*]] = arith.constant 192 : index
+// CHECK-DAG:     %[[C5:.*]] = arith.constant 5 : index
+// CHECK-NOT:     linalg.
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %[[C192]] step %c8
+// CHECK:           scf.for
+// CHECK:             scf.for {{.*}} -> (vector<8x32xf32>)
+// CHECK:               vector.contract {{.*}} into vector<8x32xf32>
+// CHECK:             arith.maximumf {{.*}} : vector<8x32xf32>
+// CHECK:         scf.for
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C5]] step %c1
+// CHECK:             scf.for {{.*}} -> (vector<32xf32>)
+// CHECK:               vector.contract {{.*}} into vector<32xf32>
+// CHECK:             arith.maximumf {{.*}} : vector<32xf32>
+func.func @addmm_relu_rest(%arg0: memref<197x512xf32>, %arg1: memref<512x256xf32>, %arg2: memref<256xf32>, %arg3: memref<197x256xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<197x512xf32> to tensor<197x512xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<512x256xf32> to tensor<512x256xf32>
+  %2 = bufferization.to_tensor %arg2 restrict : memref<256xf32> to tensor<256xf32>
+  %3 = tensor.empty() : tensor<197x256xf32>
+  %4 = linalg.fill ins(%cst : f32) outs(%3 : tensor<197x256xf32>) -> tensor<197x256xf32>
+  %5 = linalg.matmul ins(%0, %1 : tensor<197x512xf32>, tensor<512x256xf32>) outs(%4 : tensor<197x256xf32>) -> tensor<197x256xf32>
+  %6 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%5, %2 : tensor<197x256xf32>, tensor<256xf32>) outs(%3 : tensor<197x256xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %7 = arith.addf %in, %in_0 : f32
+    %8 = arith.maximumf %7, %cst : f32
+    linalg.yield %8 : f32
+  } -> tensor<197x256xf32>
+  bufferization.materialize_in_destination %6 in restrict writable %arg3 : (tensor<197x256xf32>, memref<197x256xf32>) -> ()
+  return
+}
+
+// -----
+
 // 1024^3: the right operand (4 MiB) exceeds L2, so it is walked in blocks of 256 rows (the
 // depth that fits) by 512 columns (512 KiB, half of L2) outside the register tiles. Each block
 // is packed into 16 panels of 256 x 32 before its tiles read it; the accumulator is loaded from
@@ -178,29 +216,31 @@ func.func @mm_f64(%arg0: memref<24x40xf64>, %arg1: memref<40x48xf64>, %arg2: mem
 
 // -----
 
-// Awkward sizes keep full tiles: 37 rows (prime) are cut after 32 into 8-row tiles and one
-// 5-row tile (each part accumulating into its slice of the filled output); 23 columns are one
-// vector of 16 and a row of 7 (not one row of 23: a register tile of one vector and a part of
-// one ran 5-7x slower); 19 (prime) reduction steps go one at a time; the unit batch dimension
-// is dropped from the vector ops.
+// Awkward sizes keep full tiles: 37 rows (prime) are 8-row tiles up to 32, and the rows loop
+// is peeled as symbolic rows are: the last 5 rows are tiled a row at a time (cut off as a
+// product of their own, they would keep a whole fill and any epilogue apart); 23 columns are
+// one vector of 16 and a row of 7 (not one row of 23: a register tile of one vector and a part
+// of one ran 5-7x slower); 19 (prime) reduction steps go one at a time; the unit batch
+// dimension is dropped from the vector ops.
 // CHECK-LABEL: func.func @bmm_odd(
+// CHECK-DAG:     %[[C5:.*]] = arith.constant 5 : index
+// CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK:         %[[FILL:.*]] = linalg.fill
-// CHECK:         scf.for {{.*}} -> (tensor<4x32x16xf32>)
-// CHECK:           scf.for {{.*}} -> (tensor<4x32x16xf32>)
+// CHECK:         scf.for {{.*}} -> (tensor<4x37x16xf32>)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C32]] step %{{.*}} -> (tensor<4x37x16xf32>)
 // CHECK:             scf.for {{.*}} -> (vector<8x16xf32>)
 // CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x16xf32> into vector<8x16xf32>
-// CHECK:         %[[TOP:.*]] = tensor.insert_slice %{{.*}} into %{{.*}}[0, 0, 0] [4, 32, 16]
-// CHECK:         scf.for {{.*}} -> (tensor<4x5x16xf32>)
-// CHECK:           scf.for {{.*}} -> (vector<5x16xf32>)
-// CHECK:             vector.contract {{.*}} : vector<5x1xf32>, vector<1x16xf32> into vector<5x16xf32>
-// CHECK:         %[[LEFT:.*]] = tensor.insert_slice %{{.*}} into %[[TOP]][0, 32, 0] [4, 5, 16]
-// CHECK:         %[[WITH_LEFT:.*]] = tensor.insert_slice %[[LEFT]] into %[[FILL]][0, 0, 0] [4, 37, 16]
-// CHECK:         scf.for {{.*}} -> (tensor<4x32x7xf32>)
-// CHECK:           scf.for {{.*}} -> (vector<8x7xf32>)
-// CHECK:             vector.contract {{.*}} : vector<8x1xf32>, vector<1x7xf32> into vector<8x7xf32>
-// CHECK:         scf.for {{.*}} -> (tensor<4x5x7xf32>)
-// CHECK:           scf.for {{.*}} -> (vector<5x7xf32>)
-// CHECK:         tensor.insert_slice %{{.*}} into %[[WITH_LEFT]][0, 0, 16] [4, 37, 7]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C5]] step %{{.*}} -> (tensor<1x5x16xf32>)
+// CHECK:             scf.for {{.*}} -> (vector<16xf32>)
+// CHECK:               vector.contract {{.*}} : vector<1xf32>, vector<1x16xf32> into vector<16xf32>
+// CHECK:         %[[LEFT:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0, 0] [4, 37, 16]
+// CHECK:         scf.for {{.*}} -> (tensor<4x37x7xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<4x37x7xf32>)
+// CHECK:             scf.for {{.*}} -> (vector<8x7xf32>)
+// CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x7xf32> into vector<8x7xf32>
+// CHECK:           scf.for {{.*}} -> (tensor<1x5x7xf32>)
+// CHECK:             scf.for {{.*}} -> (vector<7xf32>)
+// CHECK:         tensor.insert_slice %{{.*}} into %[[LEFT]][0, 0, 16] [4, 37, 7]
 // CHECK-NOT:     linalg.
 func.func @bmm_odd(%arg0: memref<4x37x19xf32>, %arg1: memref<4x19x23xf32>, %arg2: memref<4x37x23xf32>) attributes {llvm.emit_c_interface} {
   %cst = arith.constant 0.000000e+00 : f32

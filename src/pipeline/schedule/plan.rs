@@ -62,22 +62,18 @@ impl PlannedProduct {
             && p.k.saturating_mul(p.n).saturating_mul(p.element.bytes()) > PACK_MIN_RIGHT_BYTES
     }
 
-    /// The rows of a blocked product after its last full register tile (`tiles.m_split`),
-    /// when its rows are fixed within its thread chunk: they stay in the register tiles'
-    /// loop, and that loop is peeled after the right operand block is packed, so that the
-    /// rest reads the same packed panels. Cut off as a product of its own, the rest read the
-    /// right operand where it lies: ViT-Base's 197 rows as 192 + 5, the five rows took a fifth
-    /// of the product's time. Not for symbolic columns, pairs products or rows cut across
-    /// threads (a chunk's rows may then be symbolic). An unblocked product keeps the cut: its
-    /// epilogue, fused into the rest's rows, could not pull the padded product in.
+    /// The rows of a product after its last full register tile (`tiles.m_split`), when they
+    /// are fixed within its thread chunk: they stay in the register tiles' loop, which is
+    /// peeled as a loop over symbolic rows is (the rest tiled a row at a time). A product
+    /// without reduction blocks thus keeps its fill and epilogue fused into every tile: cut
+    /// into two products, it kept a whole fill (a `memset`, read back as the accumulator) and
+    /// an epilogue pass of its own (ViT-Tiny: 6% less time). A blocked product packs its
+    /// right operand block before the peel, so that the rest reads the same packed panels:
+    /// cut off, the rest read the block where it lies (ViT-Base's 197 rows as 192 + 5: the
+    /// five rows took a fifth of its FFN product's samples). Not for symbolic columns, pairs
+    /// products or rows cut across threads (a chunk's rows may then be symbolic).
     pub(super) fn peeled_rest(&self) -> Option<TileSplit> {
-        let (p, t) = (&self.problem, &self.tiles);
-        let m_dim = usize::from(p.batch.is_some());
-        let rows_chunked =
-            (self.chunks.as_ref()).is_some_and(|c| c.sizes.get(m_dim).is_some_and(|&s| s != 0));
-        t.m_split.filter(|_| {
-            t.kc.is_some() && !rows_chunked && !p.dynamic_columns && p.element != Element::Bf16Pairs
-        })
+        peeled_rest(&self.problem, self.chunks.as_ref(), &self.tiles)
     }
 
     /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
@@ -85,6 +81,14 @@ impl PlannedProduct {
     pub(super) fn fuses_into_loops(&self) -> bool {
         self.epilogue.is_some() || (self.chunks.is_some() && self.fill_init)
     }
+}
+
+/// See [`PlannedProduct::peeled_rest`].
+fn peeled_rest(p: &Problem, chunks: Option<&Chunks>, t: &Tiles) -> Option<TileSplit> {
+    let m_dim = usize::from(p.batch.is_some());
+    let rows_chunked = chunks.is_some_and(|c| c.sizes.get(m_dim).is_some_and(|&s| s != 0));
+    t.m_split
+        .filter(|_| !rows_chunked && !p.dynamic_columns && p.element != Element::Bf16Pairs)
 }
 
 /// Rows below which a product's part reads its right operand where it lies.
@@ -382,11 +386,12 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
             .is_some_and(|p| p.name == "linalg.fill");
         // A single elementwise consumer reading the product with the identity map, writing a
         // result of the same shape: tile it and pull the product into its loop.
+        let peels = peeled_rest(&problem, chunks.as_ref(), &tiles).is_some();
         let epilogue = (|| {
             if pairs
                 || problem.dynamic_columns
                 || tiles.kc.is_some()
-                || tiles.m_split.is_some()
+                || tiles.m_split.is_some() && !peels
                 || tiles.n_split.is_some()
             {
                 return None;

@@ -118,11 +118,10 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         }
         _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
     }
-    // A blocked product's short last row tile is peeled from the rows loop (the rows are then
-    // one part).
+    // A short last row tile is peeled from the rows loop (the rows are then one part).
     let rest = p.peeled_rest();
     let row_split = t.m_split.filter(|_| rest.is_none());
-    let whole = t.m_split.is_none() && t.n_split.is_none();
+    let whole = row_split.is_none() && t.n_split.is_none();
     for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
         if let Some(kc) = t.kc {
@@ -154,11 +153,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     let rows_loop = format!("%tl{part}#{}", usize::from(t.columns_outer));
                     let tile = format!("%t{part}");
                     let handles = (tile.as_str(), rows_loop.as_str());
-                    for (_, reduction) in
-                        emit_rest_tiles(out, (id, &part), handles, p, rest.at, kc)?
-                    {
-                        reductions.push(reduction);
-                    }
+                    reductions.extend(emit_rest_tiles(out, (id, &part), handles, p, rest.at, kc)?);
                     continue;
                 }
                 if !p.problem.dynamic_rows {
@@ -195,7 +190,8 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                 } else {
                     None
                 };
-                if !p.problem.dynamic_rows {
+                // Symbolic rows and a short last row tile: the rows loop is peeled below.
+                if !p.problem.dynamic_rows && rest.is_none() {
                     let parts = match &columns {
                         Some([main, rest]) => vec![
                             (format!("{part}_0"), main.tile.clone(), main.rows),
@@ -531,8 +527,8 @@ pub(super) fn emit_tile_reduction(
 /// The register tiles of a part whose rows leave a short last tile: its right operand packed
 /// once for all `rows` (from `depth`-deep slices of `nr` columns), then the rows loop
 /// `rows_loop` peeled as symbolic rows are (see [`emit_peel`]), each part tiled along its
-/// reduction. The rest's one-row tiles read the packed panels too. Returns the two parts as
-/// [`emit_peel`] does, with their reduction loops.
+/// reduction. The rest's one-row tiles read the packed panels too. Returns the two parts'
+/// reduction loops.
 pub(super) fn emit_rest_tiles(
     out: &mut String,
     (id, part): (usize, &str),
@@ -540,20 +536,25 @@ pub(super) fn emit_rest_tiles(
     p: &PlannedProduct,
     rows: i64,
     depth: i64,
-) -> Result<Vec<(Peeled, String)>, std::fmt::Error> {
+) -> Result<Vec<String>, std::fmt::Error> {
     let nr = p.tiles.nr;
     emit_tile_packing(out, part, tile, p, rows, (depth, nr))?;
-    let mut parts = Vec::new();
+    let mut reductions = Vec::new();
     let peel = format!("{part}r");
     for (i, peeled) in emit_peel(out, id, &peel, rows_loop, p, (false, Peel::Rows))?
         .into_iter()
         .enumerate()
     {
         let name = format!("{part}_{i}");
-        let reduction = emit_tile_reduction(out, &name, &peeled.tile, p, (peeled.mr, nr))?;
-        parts.push((peeled, reduction));
+        reductions.push(emit_tile_reduction(
+            out,
+            &name,
+            &peeled.tile,
+            p,
+            (peeled.mr, nr),
+        )?);
     }
-    Ok(parts)
+    Ok(reductions)
 }
 
 /// One of the two parts [`emit_peel`] leaves: the loop it is in, its register tile, the rows
