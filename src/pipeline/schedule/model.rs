@@ -114,7 +114,9 @@ pub struct Tiles {
     pub mr: i64,
     /// Columns of the register tile (two vectors when the shape allows).
     pub nr: i64,
-    /// Rows cut where `mr` does not divide them and no divisor makes a good tile.
+    /// Rows after the last full register tile, where `mr` does not divide them and no divisor
+    /// makes a good tile: peeled from the tile loop or cut off (see
+    /// `PlannedProduct::peeled_rest`).
     pub m_split: Option<TileSplit>,
     /// Columns cut where no whole number of vectors divides them.
     pub n_split: Option<TileSplit>,

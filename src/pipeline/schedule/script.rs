@@ -49,10 +49,9 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             ", column block {} over {} columns",
             b.size, b.covers
         )),
-        if p.peeled_rest().is_some() {
-            split("rows peeled and", t.m_split)
-        } else {
-            split("rows", t.m_split)
+        match (p.peeled_rest(), t.m_split) {
+            (Some(s), _) => format!(", rows peeled after {} (rest {})", s.at, s.rest),
+            (None, s) => split("rows", s),
         },
         split("columns", t.n_split),
         split("column rest", t.n_tail),
