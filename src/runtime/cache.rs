@@ -294,9 +294,40 @@ pub fn entry_path(dir: &Path, key: &Key) -> PathBuf {
     kernels_dir(dir).join(format!("{}.kernel", key.digest))
 }
 
+/// Stores into a cache directory after which this process reads its entries' sizes again
+/// although its own count stays within the bound (other processes may store there too).
+const RESCAN_STORES: u32 = 64;
+
+/// What this process knows of a cache directory's size: the bytes its entries took at the last
+/// scan plus those it stored since, and how many stores that was.
+#[derive(Clone, Copy)]
+struct Tally {
+    bytes: u64,
+    stores: u32,
+}
+
+/// Per cache directory (its `kernels` directory), the [`Tally`] since this process last read
+/// the sizes of its entries.
+static TALLIES: LazyLock<Mutex<HashMap<PathBuf, Tally>>> = LazyLock::new(Default::default);
+
+/// Whether a store of `bytes` into `kernels` must read the entries' sizes (and evict): on the
+/// first store of this process there, when its count exceeds `limit`, and every
+/// [`RESCAN_STORES`] stores. Reading every entry's metadata on every store made a long session's
+/// stores quadratic in the number of entries (a full test run: about a tenth of its time).
+fn needs_scan(kernels: &Path, bytes: u64, limit: u64) -> bool {
+    let mut tallies = TALLIES.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(tally) = tallies.get_mut(kernels) else {
+        return true;
+    };
+    tally.bytes = tally.bytes.saturating_add(bytes);
+    tally.stores += 1;
+    tally.bytes > limit || tally.stores >= RESCAN_STORES
+}
+
 /// Deletes the least recently modified entries (`*.kernel`) in `kernels`, never `keep`, until
-/// the entries take at most `limit` bytes; returns how many it deleted. An entry another
-/// process deleted meanwhile counts as deleted.
+/// the entries take at most `limit` bytes; returns how many it deleted, and records the bytes
+/// left as the directory's [`Tally`]. An entry another process deleted meanwhile counts as
+/// deleted.
 fn evict(kernels: &Path, keep: &Path, limit: u64) -> std::io::Result<usize> {
     let mut entries = Vec::new();
     for entry in std::fs::read_dir(kernels)? {
@@ -329,6 +360,16 @@ fn evict(kernels: &Path, keep: &Path, limit: u64) -> std::io::Result<usize> {
         }
         total -= len;
     }
+    TALLIES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(
+            kernels.to_path_buf(),
+            Tally {
+                bytes: total,
+                stores: 0,
+            },
+        );
     Ok(deleted)
 }
 
@@ -396,15 +437,17 @@ pub fn store(dir: &Path, key: &Key, objects: &[Vec<u8>], warnings: &mut Vec<Stri
         std::process::id(),
         TEMPORARY.fetch_add(1, Ordering::Relaxed)
     ));
+    let entry = encode(key, objects);
     let written = (|| {
         std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
         let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(&encode(key, objects))?;
+        file.write_all(&entry)?;
         drop(file);
         std::fs::rename(&temporary, &path)
     })();
-    if written.is_ok() {
-        match evict(&kernels_dir(dir), &path, max_bytes(warnings)) {
+    let (kernels, limit) = (kernels_dir(dir), max_bytes(warnings));
+    if written.is_ok() && needs_scan(&kernels, entry.len() as u64, limit) {
+        match evict(&kernels, &path, limit) {
             Ok(0) => {}
             Ok(n) => tracing::debug!(entries = n, "compile cache: least recently used evicted"),
             Err(e) => warn(
@@ -554,6 +597,27 @@ mod tests {
         left.sort();
         assert_eq!(left, ["a.kernel", "d.kernel", "x.123.tmp"]);
         assert_eq!(evict(&dir, &keep, 0).unwrap(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stores_scan_the_directory_first_then_when_the_count_says_so() {
+        let dir = std::env::temp_dir().join(format!("fxmlir-tally-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.kernel"), [0u8; 100]).unwrap();
+        // Never scanned in this process: the first store scans (100 bytes there).
+        assert!(needs_scan(&dir, 10, 1000));
+        assert_eq!(evict(&dir, &dir.join("a.kernel"), 1000).unwrap(), 0);
+        // 100 + 10 per store: within the bound until the 63rd store's 730 bytes.
+        for _ in 1..RESCAN_STORES {
+            assert!(!needs_scan(&dir, 10, 1000));
+        }
+        // The 64th store rescans although 740 bytes are within the bound.
+        assert!(needs_scan(&dir, 10, 1000));
+        assert_eq!(evict(&dir, &dir.join("a.kernel"), 1000).unwrap(), 0);
+        // Over the bound by this process's own count: scan.
+        assert!(needs_scan(&dir, 950, 1000));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
