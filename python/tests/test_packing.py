@@ -79,9 +79,7 @@ def test_a_short_last_row_tile_reads_the_packed_panels(tmp_path):
     scripts = "".join(
         p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
     )
-    assert re.search(
-        r"matmul 197x768x3072 f32: [^\"]*rows peeled after 192 \(rest 5\)", scripts
-    )
+    assert re.search(r"matmul 197x768x3072 f32: [^\"]*rows peeled after 192 \(rest 5\)", scripts)
     # One packing per column part, each followed by the peel of its rows loop.
     packings = scripts.count("transform.structured.hoist_pad")
     assert packings == scripts.count("transform.loop.peel") >= 1
