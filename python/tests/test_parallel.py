@@ -2,6 +2,7 @@
 OpenMP chunk per thread) give eager's results, and follow torch.get_num_threads()."""
 
 import pathlib
+import re
 
 import fxmlir
 import pytest
@@ -154,6 +155,26 @@ def test_small_rows_stay_ungrouped(two_threads, tmp_path):
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
     split = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.04-parallel.mlir"))
     assert split and "fxmlir.row_member" not in split
+
+
+@pytest.mark.parametrize("heads", [3, 5])
+def test_the_main_column_part_of_odd_scores_is_split(heads, two_threads, tmp_path):
+    """Attention over an odd number of heads of ViT's 197 tokens: no even cut of `q @ kᵀ`
+    fits (odd batch, 197 rows and columns), so the 192 columns of whole register tiles are cut
+    across the threads and the last 5 run after them; the results match eager's."""
+    shapes = [(1, heads, 197, 64)] * 3
+    actual, expected = compiled_and_eager(
+        F.scaled_dot_product_attention, shapes, torch.float32, tmp_path, target="x86-64-v4"
+    )
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    scripts = "".join(
+        p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
+    )
+    assert re.search(
+        rf"batch_matmul {heads}x197x64x197 f32: thread chunks \[0, 0, 96\] \(main columns\),"
+        r"[^\"]*columns split at 192 \(rest 5\)",
+        scripts,
+    ), scripts
 
 
 def test_one_thread_compiles_serial_code(tmp_path):

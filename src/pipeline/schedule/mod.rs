@@ -198,6 +198,44 @@ mod tests {
     }
 
     #[test]
+    fn the_main_column_part_is_cut_when_the_whole_is_not() {
+        let t = &avx512();
+        // `q @ kᵀ` over three heads of 197 tokens: no even cut of the batch, rows or columns;
+        // the 192 columns of whole register tiles are, 96 per thread.
+        let scores = Problem {
+            batch: Some(3),
+            ..problem(197, 64, 197, Element::F32)
+        };
+        assert_eq!(chunks(&scores, 2, t), None);
+        let c = main_part_chunks(&scores, 2, t).unwrap();
+        assert_eq!(
+            (c.sizes.clone(), c.chunk.n, c.main_part),
+            (vec![0, 0, 96], 96, true)
+        );
+        assert_eq!(choose_tiles(&scores, t).n_split.map(|s| s.at), Some(192));
+        // Nothing to cut on one thread, nor without a column split, nor in a blocked product.
+        assert_eq!(main_part_chunks(&scores, 1, t), None);
+        let no_split = Problem {
+            batch: Some(3),
+            ..problem(197, 64, 192, Element::F32)
+        };
+        assert_eq!(main_part_chunks(&no_split, 2, t), None);
+        // Swin's window attention: 49 keys split at 32, whose cut (16 each) is narrower than
+        // a register tile.
+        let window = Problem {
+            batch: Some(63),
+            ..problem(49, 32, 49, Element::F32)
+        };
+        assert_eq!(main_part_chunks(&window, 2, t), None);
+        let blocked = Problem {
+            batch: Some(3),
+            ..problem(197, 4096, 1000, Element::F32)
+        };
+        assert!(choose_tiles(&blocked, t).kc.is_some());
+        assert_eq!(main_part_chunks(&blocked, 2, t), None);
+    }
+
+    #[test]
     fn symbolic_rows_and_batches_are_planned() {
         let t = &avx512();
         let rows = Problem {

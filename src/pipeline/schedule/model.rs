@@ -253,11 +253,14 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
 /// A product cut into one equal chunk per thread: `tile_using_forall` sizes over its parallel
 /// loops (`[batch,] m, n`), and the problem each chunk solves. A symbolic dimension is cut
 /// into `threads` chunks whose size the kernel computes: `sizes` are then thread counts.
+/// `main_part`: the cut is of the main part of the columns' split (`Tiles::n_split` of the
+/// whole product), and the rest runs on one thread after it (see [`main_part_chunks`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunks {
     pub sizes: Vec<i64>,
     pub chunk: Problem,
     pub by_threads: bool,
+    pub main_part: bool,
 }
 
 /// How to cut `p` across `threads` (a product of enough multiply-adds, or one that streams a
@@ -286,6 +289,7 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
             sizes,
             chunk,
             by_threads,
+            main_part: false,
         })
     };
     // A symbolic batch, or symbolic rows no column cut fits, go in `threads` chunks.
@@ -344,4 +348,30 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     } else {
         by_rows.or(by_columns).or(streaming).flatten()
     }
+}
+
+/// For a product no cut of [`chunks`] fits, whose columns split into a main part of whole
+/// register tiles and a narrow rest (`q @ kᵀ` over ViT's 197 keys, 3 heads: 192 + 5): the main
+/// part cut into column chunks, the rest left to one thread. Uncut, such a product ran on one
+/// thread while the other waited (a third of SDPA's samples over 3 heads x 197 x 64). Only
+/// for unblocked products (whose columns are not blocked for L2), and chunks of whole register
+/// tiles (the tiles are the whole product's).
+pub fn main_part_chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
+    let whole = choose_tiles(p, target);
+    let split = whole.n_split.filter(|_| whole.kc.is_none())?;
+    let main = Problem { n: split.at, ..*p };
+    let columns = usize::from(p.batch.is_some()) + 1;
+    chunks(&main, threads, target)
+        .filter(|c| {
+            !c.by_threads
+                && c.chunk.n % whole.nr == 0
+                && c.sizes
+                    .iter()
+                    .enumerate()
+                    .all(|(d, &s)| (s != 0) == (d == columns))
+        })
+        .map(|c| Chunks {
+            main_part: true,
+            ..c
+        })
 }

@@ -79,7 +79,8 @@ impl PlannedProduct {
     /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
     /// into its epilogue's loop, or the fill into the thread chunk loop.
     pub(super) fn fuses_into_loops(&self) -> bool {
-        self.epilogue.is_some() || (self.chunks.is_some() && self.fill_init)
+        self.epilogue.is_some()
+            || (self.chunks.as_ref().is_some_and(|c| !c.main_part) && self.fill_init)
     }
 }
 
@@ -376,8 +377,12 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         if pairs && !(target.bf16_dot() && problem.n % PAIR_LANES == 0) {
             continue;
         }
-        let chunks = chunks(&problem, if info.in_loop { 1 } else { threads }, target);
-        let tiles = choose_tiles(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
+        let threads = if info.in_loop { 1 } else { threads };
+        let chunks = chunks(&problem, threads, target)
+            .or_else(|| main_part_chunks(&problem, threads, target));
+        // A cut of the main column part keeps the whole product's tiles (and their split).
+        let tiled = chunks.as_ref().filter(|c| !c.main_part);
+        let tiles = choose_tiles(tiled.map_or(&problem, |c| &c.chunk), target);
         let fill_init = info
             .operands
             .get(2)

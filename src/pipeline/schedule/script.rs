@@ -34,7 +34,11 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         p.chunks.as_ref().map_or(String::new(), |c| format!(
             "thread chunks {}{}, ",
             list(&c.sizes),
-            if c.by_threads { " (threads)" } else { "" }
+            match (c.by_threads, c.main_part) {
+                (true, _) => " (threads)",
+                (false, true) => " (main columns)",
+                (false, false) => "",
+            }
         )),
         t.mr,
         t.nr,
@@ -67,7 +71,9 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             (false, false) => "",
         }
     );
-    match &p.chunks {
+    // A cut of the main column part comes after the columns' split, below.
+    let main_part = p.chunks.as_ref().filter(|c| c.main_part);
+    match p.chunks.as_ref().filter(|c| !c.main_part) {
         None => writeln!(
             out,
             "    %c{id} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %root : ({ANY}) -> {ANY} loc(\"{why}\")
@@ -97,7 +103,17 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     let mut column_parts = Vec::new();
     if let Some(s) = t.n_split {
         let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, s.at)?;
-        main = head;
+        main = match main_part {
+            Some(c) => {
+                writeln!(
+                    out,
+                    "    %cm{id}, %wm{id} = transform.structured.tile_using_forall {head} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})",
+                    list(&c.sizes)
+                )?;
+                format!("%cm{id}")
+            }
+            None => head,
+        };
         match t.n_tail {
             Some(tail) => {
                 let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, tail.at)?;
@@ -107,8 +123,10 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             None => column_parts.push((rest, s.rest, None)),
         }
     }
-    let columns = p.chunks.as_ref().map_or(p.problem.n, |c| c.chunk.n);
-    let main_columns = t.n_split.map_or(columns, |s| s.at);
+    let main_columns = match (&p.chunks, t.n_split) {
+        (Some(c), _) if c.main_part => c.chunk.n,
+        (c, split) => split.map_or(c.as_ref().map_or(p.problem.n, |c| c.chunk.n), |s| s.at),
+    };
     match t.nc {
         Some(b) if b.covers < main_columns => {
             let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, b.covers)?;
