@@ -1,7 +1,10 @@
 """How busy the machine is with work other than the benchmark's. Other work distorts every
 figure: a parallel op whose second thread waits for a busy core slows down tenfold or more. The
 meter compares the CPU time all processes used (``/proc/stat``, hypervisor steal included) with
-the CPU time of this process and its finished children."""
+the CPU time of this process and its finished children.
+
+A virtual machine's CPUs may also run at different speeds with no other process in sight (a
+sibling hyperthread busy with another guest's work): ``cpu_speeds`` measures each."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ import time
 
 #: Above this fraction of all CPUs used by others, a measurement is flagged as unreliable.
 BUSY_THRESHOLD = 0.1
+
+#: Below this ratio of the slowest CPU's FMA speed to the fastest's, the CPUs count as uneven.
+UNEVEN_THRESHOLD = 0.85
 
 
 def _all_busy_s() -> float:
@@ -51,3 +57,25 @@ def wait_until_quiet(max_wait_s: float, sample_s: float = 1.0) -> tuple[float, f
         waited = time.perf_counter() - start
         if busy < BUSY_THRESHOLD or waited >= max_wait_s:
             return waited, busy
+
+
+def cpu_speeds(seconds: float = 0.3) -> list[float]:
+    """The f32 FMA peak in GFLOP/s of one thread pinned to each CPU this process may use, in
+    CPU order (``fxmlir.fma_peak``). Two threads on uneven CPUs finish equal shares of work at
+    different times: a two-thread figure then depends on how a backend shares out its work."""
+    import fxmlir
+
+    allowed = os.sched_getaffinity(0)
+    speeds = []
+    try:
+        for cpu in sorted(allowed):
+            os.sched_setaffinity(0, {cpu})
+            speeds.append(fxmlir.fma_peak(threads=1, seconds=seconds))
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return speeds
+
+
+def unevenness(speeds: list[float]) -> float:
+    """The slowest CPU's speed over the fastest's (1.0 for even CPUs or no measurement)."""
+    return min(speeds) / max(speeds) if speeds and max(speeds) > 0 else 1.0

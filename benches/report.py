@@ -14,13 +14,14 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from machine import BUSY_THRESHOLD
+from machine import BUSY_THRESHOLD, UNEVEN_THRESHOLD, unevenness
 
 BACKENDS = ("eager", "inductor", "fxmlir")
 LABELS = {"eager": "eager", "inductor": "Inductor", "fxmlir": "fxmlir"}
 COLORS = {"eager": "tab:gray", "inductor": "tab:blue", "fxmlir": "tab:orange"}
 
 BUSY_MARK = "(busy)"
+UNEVEN_MARK = "(uneven CPUs)"
 #: Above this interquartile range relative to the median, a time cell also shows the minimum.
 NOISY_IQR = 0.25
 
@@ -91,11 +92,17 @@ def busy(result: dict[str, Any] | None) -> bool:
     return (result or {}).get("others_busy", 0.0) > BUSY_THRESHOLD
 
 
+def uneven(result: dict[str, Any] | None) -> bool:
+    """The CPUs ran at uneven speeds just before this result was measured."""
+    return unevenness((result or {}).get("cpu_gflops") or []) < UNEVEN_THRESHOLD
+
+
 def label(row: dict[str, Any]) -> str:
     return (
         row["case"]
         + (" (extra)" if row.get("extra") else "")
         + (f" {BUSY_MARK}" if busy(row) else "")
+        + (f" {UNEVEN_MARK}" if uneven(row) else "")
     )
 
 
@@ -876,6 +883,33 @@ def machine_line(meta: dict[str, Any]) -> str:
     )
 
 
+def cpu_speed_lines(tasks: dict[str, Any]) -> list[str]:
+    """How even the CPUs' speeds were over the run (each measured before each task), and the
+    tasks that started on uneven ones."""
+    speeds = {t: m["cpu_gflops"] for t, m in tasks.items() if m.get("cpu_gflops")}
+    if not speeds:
+        return []
+    worst = min(speeds, key=lambda t: unevenness(speeds[t]))
+    flagged = [t for t in speeds if unevenness(speeds[t]) < UNEVEN_THRESHOLD]
+    slowest = min(min(v) for v in speeds.values())
+    fastest = max(max(v) for v in speeds.values())
+    return [
+        "CPU speeds (FMA GFLOP/s of one thread pinned to each CPU, before each task): "
+        f"{slowest:.0f} to {fastest:.0f}; "
+        f"most uneven before {worst} ("
+        + ", ".join(f"{g:.0f}" for g in speeds[worst])
+        + ")."
+        + (
+            f" **{len(flagged)} of {len(speeds)} tasks started on CPUs whose slowest ran below "
+            f"{UNEVEN_THRESHOLD:.0%} of the fastest (marked {UNEVEN_MARK}): their two-thread "
+            "figures depend on how each backend shares work between a fast and a slow CPU.**"
+            if flagged
+            else ""
+        ),
+        "",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     out = [f"Run of {machine_line(meta)}.", ""]
@@ -894,6 +928,7 @@ def markdown(results: dict[str, Any]) -> str:
             ),
             "",
         ]
+        out += cpu_speed_lines(tasks)
     out += ["**Summary**", ""]
     out += [f"- {line['text']}" for line in results["summary"]] + [""]
     sections = [
@@ -950,6 +985,9 @@ def markdown(results: dict[str, Any]) -> str:
     flagged += [f"cache {c['case']}" for c in results.get("cache", []) if busy(c.get("warm"))]
     if flagged:
         out += [f"{BUSY_MARK}: measured while the machine was busy: {', '.join(flagged)}.", ""]
+    skewed = [k for k in probes if uneven(results.get(k))]
+    if skewed:
+        out += [f"{UNEVEN_MARK}: started on CPUs of uneven speed: {', '.join(skewed)}.", ""]
     return "\n".join(out)
 
 

@@ -64,9 +64,9 @@ class Runner:
         for stale in self.logs.glob("*.log"):
             stale.unlink()
         self.spawned = 0
-        #: Per task: wall time, seconds waited for a quiet machine, and the fraction of the CPUs
-        #: that other processes used while it ran.
-        self.tasks: dict[str, dict[str, float]] = {}
+        #: Per task: wall time, seconds waited for a quiet machine, the fraction of the CPUs
+        #: that other processes used while it ran, and each CPU's FMA speed before it.
+        self.tasks: dict[str, dict[str, Any]] = {}
 
     def spawn(self, task: str, env_changes: dict[str, str] | None = None) -> dict[str, Any]:
         """Runs ``task`` in a new process; a crash or timeout becomes ``{"error": ...}``."""
@@ -76,6 +76,7 @@ class Runner:
         waited, _ = machine.wait_until_quiet(self.opts.quiet_wait)
         if waited > 2:
             print(f"  (waited {waited:.0f} s for other work to stop)", flush=True)
+        speeds = machine.cpu_speeds()
         with tempfile.TemporaryDirectory(prefix="fxmlir-bench-") as tmp:
             env = dict(os.environ, FXMLIR_CACHE_DIR=str(pathlib.Path(tmp, "cache")))
             env.pop("FXMLIR_DUMP_DIR", None)  # dumping slows compiles down
@@ -105,11 +106,19 @@ class Runner:
             else:
                 result = {"error": f"worker exited with {proc.returncode}: {_last_line(log)}"}
         wall, others = time.perf_counter() - meter.start[0], meter.others()
-        self.tasks[label] = {"wall_s": wall, "waited_s": waited, "others_busy": others}
+        self.tasks[label] = {
+            "wall_s": wall,
+            "waited_s": waited,
+            "others_busy": others,
+            "cpu_gflops": speeds,
+        }
         result["others_busy"] = others
+        result["cpu_gflops"] = speeds
         busy = (
             f"  (others used {others:.0%} of the CPUs)" if others > machine.BUSY_THRESHOLD else ""
         )
+        if machine.unevenness(speeds) < machine.UNEVEN_THRESHOLD:
+            busy += f"  (uneven CPUs: {', '.join(f'{g:.0f}' for g in speeds)} GFLOP/s)"
         failure = f"  ERROR {result['error']}" if "error" in result else ""
         print(f"  {task}: {wall:.0f} s{busy}{failure}", flush=True)
         return result
