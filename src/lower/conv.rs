@@ -18,7 +18,7 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
-use super::products::{first_entries, pad_to_multiple, pair_product};
+use super::products::{computed_padded, first_entries, pad_to_multiple, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
@@ -381,22 +381,28 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     patch_shape.push(batch);
     patch_shape.extend(&out_spatial);
     patch_shape.push(2);
-    let init = ctx.e.empty(&patch_shape, DType::Bfloat16)?;
-    let patches = ctx.e.generic(
-        &[(padded.value, affine_map(rank, &read))],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |_, v| Ok(vec![v[0]]),
-    )?[0];
     let taps = half * kernel.iter().product::<i64>();
     let columns = batch * out_spatial.iter().product::<i64>();
-    let patches = Tensor {
-        value: patches,
-        shape: patch_shape,
-        dtype: DType::Bfloat16,
-    };
-    let patches = ctx.reshape(&patches, &[taps, columns, 2])?;
-    let patches = pad_to_multiple(ctx, &patches, 1, PAIR_LANES)?;
+    let patches = computed_padded(
+        ctx,
+        &[taps, columns, 2],
+        DType::Bfloat16,
+        (1, PAIR_LANES),
+        || {
+            let init = ctx.e.empty(&patch_shape, DType::Bfloat16)?;
+            let value = ctx.e.generic(
+                &[(padded.value, affine_map(rank, &read))],
+                &[(init, emit::identity_map(rank))],
+                &vec![Iter::Parallel; rank],
+                |_, v| Ok(vec![v[0]]),
+            )?[0];
+            Ok(Tensor {
+                value,
+                shape: patch_shape,
+                dtype: DType::Bfloat16,
+            })
+        },
+    )?;
     let weight = ctx.reshape(&pairs, &[out_channels, taps, 2])?;
     let product = first_entries(ctx, &pair_product(ctx, &weight, &patches)?, 1, columns)?;
     // [oc, (n, o…)] is the result for one image; several are [n, oc, o…] read from [oc, n, o…].
@@ -548,11 +554,10 @@ fn im2col_product<'c, 'a>(
         && geo.stride.iter().all(|&s| s == 1)
         && padded.dtype == acc;
     let patches = if pointwise {
-        ctx.reshape(padded, &[taps, columns])?
+        pad_to_multiple(ctx, &ctx.reshape(padded, &[taps, columns])?, 1, PAIR_LANES)?
     } else {
         gathered_patches(ctx, geo, padded, &lead, acc)?
     };
-    let patches = pad_to_multiple(ctx, &patches, g + 1, PAIR_LANES)?;
     let rows = geo.out_channels / geo.groups;
     let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;
@@ -608,20 +613,22 @@ fn gathered_patches<'c, 'a>(
         |i| g + 2 + nd + i,
         |i| g + 1 + i,
     ));
-    let init = ctx.e.empty(&patch_shape, acc)?;
     let from = input.dtype;
-    let patches = ctx.e.generic(
-        &[(input.value, affine_map(rank, &read))],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
-    )?[0];
-    let patches = Tensor {
-        value: patches,
-        shape: patch_shape,
-        dtype: acc,
-    };
     let taps: i64 = channels * geo.kernel.iter().product::<i64>();
     let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
-    ctx.reshape(&patches, &[lead.to_vec(), vec![taps, columns]].concat())
+    let matrix = [lead.to_vec(), vec![taps, columns]].concat();
+    computed_padded(ctx, &matrix, acc, (g + 1, PAIR_LANES), || {
+        let init = ctx.e.empty(&patch_shape, acc)?;
+        let value = ctx.e.generic(
+            &[(input.value, affine_map(rank, &read))],
+            &[(init, emit::identity_map(rank))],
+            &vec![Iter::Parallel; rank],
+            |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
+        )?[0];
+        Ok(Tensor {
+            value,
+            shape: patch_shape,
+            dtype: acc,
+        })
+    })
 }

@@ -570,6 +570,18 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1("tensor.empty", &sizes, self.tensor_type(shape, dtype)?, &[])
     }
 
+    /// `bufferization.alloc_tensor`: an uninitialised tensor that is its own allocation (unlike
+    /// a `tensor.empty`, slices of it do not fold into fresh tensors).
+    pub fn alloc_tensor(&self, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
+        let segments = self.attr("array<i32: 0, 0, 0>")?;
+        self.op1(
+            "bufferization.alloc_tensor",
+            &[],
+            self.tensor_type(shape, dtype)?,
+            &[("operandSegmentSizes", segments)],
+        )
+    }
+
     /// A size as an `index` value: a constant, or for a symbolic size (see
     /// [`crate::graph::dims`]) a `fxmlir.size` placeholder the lowering resolves.
     pub fn size(&self, d: i64) -> Result<Value<'c, 'a>> {

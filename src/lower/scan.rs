@@ -267,17 +267,6 @@ fn merge_pass<'c, 'a>(
     Ok((nth(&results, 0)?, nth(&results, 1)?))
 }
 
-/// `bufferization.alloc_tensor`: an uninitialised tensor that is its own allocation.
-fn alloc_tensor<'c, 'a>(e: &Emit<'c, 'a>, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
-    let segments = e.attr("array<i32: 0, 0, 0>")?;
-    e.op1(
-        "bufferization.alloc_tensor",
-        &[],
-        e.tensor_type(shape, dtype)?,
-        &[("operandSegmentSizes", segments)],
-    )
-}
-
 /// Sorts every row of `keys` (`[rows, n]`); returns the sorted keys and their int64 positions.
 fn sort_rows<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
@@ -306,8 +295,8 @@ fn sort_rows<'c, 'a>(
     }
     // Fresh allocations, not `tensor.empty`: CSE would merge two empties of one type, and
     // bufferization then gives both carried tensors one buffer.
-    let spare_keys = alloc_tensor(&e, &keys.shape, keys.dtype)?;
-    let spare_ids = alloc_tensor(&e, &keys.shape, DType::Int64)?;
+    let spare_keys = e.alloc_tensor(&keys.shape, keys.dtype)?;
+    let spare_ids = e.alloc_tensor(&keys.shape, DType::Int64)?;
     // ceil(log2(n)) passes of widths 1, 2, 4, ..: each loop iteration merges into the spare
     // buffers and back (a loop may not swap its carried tensors), so an odd count ends with a
     // pass of width >= n, which copies.
