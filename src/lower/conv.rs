@@ -18,7 +18,7 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
-use super::products::{computed_padded, first_entries, pad_to_multiple, pair_product};
+use super::products::{computed_padded, first_entries, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
@@ -554,7 +554,11 @@ fn im2col_product<'c, 'a>(
         && geo.stride.iter().all(|&s| s == 1)
         && padded.dtype == acc;
     let patches = if pointwise {
-        pad_to_multiple(ctx, &ctx.reshape(padded, &[taps, columns])?, 1, PAIR_LANES)?
+        // The input, materialized in the padded matrix: its producer (a concatenation's
+        // parts, an activation) then writes there, instead of a copy into it.
+        computed_padded(ctx, &[taps, columns], acc, (1, PAIR_LANES), || {
+            Ok(padded.clone())
+        })?
     } else {
         gathered_patches(ctx, geo, padded, &lead, acc)?
     };
