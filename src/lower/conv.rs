@@ -554,8 +554,8 @@ fn im2col_product<'c, 'a>(
         && geo.stride.iter().all(|&s| s == 1)
         && padded.dtype == acc;
     let patches = if pointwise {
-        // The input, materialized in the padded matrix: its producer (a concatenation's
-        // parts, an activation) then writes there, instead of a copy into it.
+        // The input, materialized in the padded matrix: a producer the fusion stage can point
+        // there (a concatenation's parts) writes there; any other is copied there, as before.
         computed_padded(ctx, &[taps, columns], acc, (1, PAIR_LANES), || {
             Ok(padded.clone())
         })?
