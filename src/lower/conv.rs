@@ -388,20 +388,7 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
         &[taps, columns, 2],
         DType::Bfloat16,
         (1, PAIR_LANES),
-        || {
-            let init = ctx.e.empty(&patch_shape, DType::Bfloat16)?;
-            let value = ctx.e.generic(
-                &[(padded.value, affine_map(rank, &read))],
-                &[(init, emit::identity_map(rank))],
-                &vec![Iter::Parallel; rank],
-                |_, v| Ok(vec![v[0]]),
-            )?[0];
-            Ok(Tensor {
-                value,
-                shape: patch_shape,
-                dtype: DType::Bfloat16,
-            })
-        },
+        || gather(ctx, &padded, &read, patch_shape, DType::Bfloat16),
     )?;
     let weight = ctx.reshape(&pairs, &[out_channels, taps, 2])?;
     let product = first_entries(ctx, &pair_product(ctx, &weight, &patches)?, 1, columns)?;
@@ -603,7 +590,6 @@ fn gathered_patches<'c, 'a>(
     grouped_input.extend(&padded.shape[2..]);
     let input = ctx.reshape(padded, &grouped_input)?;
     // Loops: (g), c, k…, n, o… (the patch matrix's rows, then its columns).
-    let rank = g + 2 + 2 * nd;
     let mut patch_shape = lead.to_vec();
     patch_shape.push(channels);
     patch_shape.extend(geo.kernel);
@@ -617,22 +603,36 @@ fn gathered_patches<'c, 'a>(
         |i| g + 2 + nd + i,
         |i| g + 1 + i,
     ));
-    let from = input.dtype;
     let taps: i64 = channels * geo.kernel.iter().product::<i64>();
     let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
     let matrix = [lead.to_vec(), vec![taps, columns]].concat();
     computed_padded(ctx, &matrix, acc, (g + 1, PAIR_LANES), || {
-        let init = ctx.e.empty(&patch_shape, acc)?;
-        let value = ctx.e.generic(
-            &[(input.value, affine_map(rank, &read))],
-            &[(init, emit::identity_map(rank))],
-            &vec![Iter::Parallel; rank],
-            |b, v| Ok(vec![b.convert(v[0], from, acc)?]),
-        )?[0];
-        Ok(Tensor {
-            value,
-            shape: patch_shape,
-            dtype: acc,
-        })
+        gather(ctx, &input, &read, patch_shape, acc)
+    })
+}
+
+/// The patches of `source`: one parallel generic over the loops of `shape`, each element read
+/// from `source` through the map whose results are `read` (a window's tap positions) and
+/// converted to `dtype`.
+fn gather<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    source: &Tensor<'c, 'a>,
+    read: &[String],
+    shape: Vec<i64>,
+    dtype: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let rank = shape.len();
+    let init = ctx.e.empty(&shape, dtype)?;
+    let from = source.dtype;
+    let value = ctx.e.generic(
+        &[(source.value, affine_map(rank, read))],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, v| Ok(vec![b.convert(v[0], from, dtype)?]),
+    )?[0];
+    Ok(Tensor {
+        value,
+        shape,
+        dtype,
     })
 }
