@@ -79,3 +79,8 @@ def cpu_speeds(seconds: float = 0.3) -> list[float]:
 def unevenness(speeds: list[float]) -> float:
     """The slowest CPU's speed over the fastest's (1.0 for even CPUs or no measurement)."""
     return min(speeds) / max(speeds) if speeds and max(speeds) > 0 else 1.0
+
+
+def is_uneven(speeds: list[float]) -> bool:
+    """Whether the slowest CPU ran below ``UNEVEN_THRESHOLD`` of the fastest."""
+    return unevenness(speeds) < UNEVEN_THRESHOLD

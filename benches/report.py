@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from machine import BUSY_THRESHOLD, UNEVEN_THRESHOLD, unevenness
+from machine import BUSY_THRESHOLD, UNEVEN_THRESHOLD, is_uneven, unevenness
 
 BACKENDS = ("eager", "inductor", "fxmlir")
 LABELS = {"eager": "eager", "inductor": "Inductor", "fxmlir": "fxmlir"}
@@ -94,7 +94,7 @@ def busy(result: dict[str, Any] | None) -> bool:
 
 def uneven(result: dict[str, Any] | None) -> bool:
     """The CPUs ran at uneven speeds just before this result was measured."""
-    return unevenness((result or {}).get("cpu_gflops") or []) < UNEVEN_THRESHOLD
+    return is_uneven((result or {}).get("cpu_gflops") or [])
 
 
 def label(row: dict[str, Any]) -> str:
@@ -890,7 +890,7 @@ def cpu_speed_lines(tasks: dict[str, Any]) -> list[str]:
     if not speeds:
         return []
     worst = min(speeds, key=lambda t: unevenness(speeds[t]))
-    flagged = [t for t in speeds if unevenness(speeds[t]) < UNEVEN_THRESHOLD]
+    flagged = [t for t in speeds if is_uneven(speeds[t])]
     slowest = min(min(v) for v in speeds.values())
     fastest = max(max(v) for v in speeds.values())
     return [

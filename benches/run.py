@@ -117,7 +117,7 @@ class Runner:
         busy = (
             f"  (others used {others:.0%} of the CPUs)" if others > machine.BUSY_THRESHOLD else ""
         )
-        if machine.unevenness(speeds) < machine.UNEVEN_THRESHOLD:
+        if machine.is_uneven(speeds):
             busy += f"  (uneven CPUs: {', '.join(f'{g:.0f}' for g in speeds)} GFLOP/s)"
         failure = f"  ERROR {result['error']}" if "error" in result else ""
         print(f"  {task}: {wall:.0f} s{busy}{failure}", flush=True)
