@@ -8,8 +8,8 @@
 
 use super::softmax::{Normalise, softmax};
 use super::{
-    Checked, Emit, LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, layout,
-    products,
+    Checked, Emit, LowerCtx, Operand, Registry, Scalar, Tensor, elements, emit, fail, flash,
+    layout, products,
 };
 use crate::error::{Check, Result};
 use crate::graph::{Arg, DType, Node, dims};
@@ -162,6 +162,32 @@ impl<'c, 'a> Attention<'c, 'a> {
         })
     }
 
+    /// The forward as one fused kernel (see [`flash`]), when it takes these operands.
+    fn fused(&self, dtype: DType) -> Option<flash::Problem<'c, 'a>> {
+        let Scale::Fixed(scale) = self.scale else {
+            return None;
+        };
+        let problem = flash::Problem {
+            q: self.q.clone(),
+            k: self.k.clone(),
+            v: self.v.clone(),
+            mask: self.mask.clone(),
+            causal: self.causal,
+            scale,
+            sizes: [
+                self.batch,
+                self.heads,
+                self.kv_heads,
+                self.l,
+                self.s,
+                self.e,
+                self.ev,
+            ],
+            dtype,
+        };
+        flash::applies(&problem).then_some(problem)
+    }
+
     /// The accumulator dtype.
     fn acc(&self) -> DType {
         self.q.dtype.compute()
@@ -288,6 +314,10 @@ fn lower_flash_attention<'c, 'a>(
     };
     let a = Attention::read(ctx, node, &slots)?;
     let dtype = ctx.out(0)?.dtype;
+    if let Some(problem) = a.fused(dtype) {
+        let (output, logsumexp) = flash::forward(ctx, &problem)?;
+        return Ok(vec![output, logsumexp]);
+    }
     let acc = a.acc();
     let scores = a.scores(ctx)?;
 

@@ -9,6 +9,7 @@ mod data_movement;
 mod elements;
 mod elementwise;
 pub mod emit;
+mod flash;
 mod indexing;
 mod layout;
 mod linear;

@@ -1,0 +1,961 @@
+//! The fused forward of scaled dot-product attention over fixed sizes (flash attention):
+//! `softmax(q kᵀ · scale + mask) v` and its logsumexp without a score matrix in memory. Each
+//! iteration of one `scf.forall` takes a block of query rows of one head and walks the key
+//! blocks, keeping the block's scores (`rows x keys`, in L1), its running row maxima and sums,
+//! and its output accumulator (`rows x Ev`) in scratch tensors; the products are register
+//! tiles written as vector FMAs (`mr` rows x two vectors, broadcast left operand), the softmax
+//! is online (each key block rescales the accumulator by `exp(old max - new max)`). With
+//! causality, key blocks wholly above the block's last row are skipped.
+//!
+//! Operands are packed once per call, outside the loop, so that every read in the loop is a
+//! whole vector in bounds: the queries as `[B·H, Lp, E]` f32, the keys transposed, scaled and
+//! blocked as `[B·Hkv, S/Bc, E, Bc]` f32 (a key block's rows are contiguous vectors of keys),
+//! the values as `[B·Hkv, Sp, Evp]` f32; padded rows, keys and columns are zeros, padded keys
+//! hidden like causally masked ones. Half-precision operands are widened there; everything
+//! accumulates in f32. Sizes that need no padding and f32 operands are read as they come.
+
+use super::loops::{for_loop, forall, nth, reuse};
+use super::products::pad_to_multiple;
+use super::{Emit, Iter, LowerCtx, Scalar, Tensor, emit};
+use crate::error::Result;
+use crate::graph::{DType, dims};
+use crate::target::Target;
+use melior::ir::{Type, Value, ValueLike};
+
+/// One attention forward: `q` `[B, H, L, E]`, `k` `[B, Hkv, S, E]`, `v` `[B, Hkv, S, Ev]`, an
+/// additive `mask` broadcastable to `[B, H, L, S]`, causality (query `i` sees keys `j <= i`),
+/// the scale of the scores and the output's dtype.
+pub(super) struct Problem<'c, 'a> {
+    pub q: Tensor<'c, 'a>,
+    pub k: Tensor<'c, 'a>,
+    pub v: Tensor<'c, 'a>,
+    pub mask: Option<Tensor<'c, 'a>>,
+    pub causal: bool,
+    pub scale: f64,
+    pub sizes: [i64; 7],
+    pub dtype: DType,
+}
+
+/// The sizes of a [`Problem`], in the order of [`Problem::sizes`].
+#[derive(Clone, Copy)]
+struct Sizes {
+    batch: i64,
+    heads: i64,
+    kv_heads: i64,
+    l: i64,
+    s: i64,
+    e: i64,
+    ev: i64,
+}
+
+impl Sizes {
+    fn of(sizes: [i64; 7]) -> Sizes {
+        let [batch, heads, kv_heads, l, s, e, ev] = sizes;
+        Sizes {
+            batch,
+            heads,
+            kv_heads,
+            l,
+            s,
+            e,
+            ev,
+        }
+    }
+}
+
+/// Whether the fused kernel computes `p`: fixed, non-empty sizes, f32 or half-precision
+/// operands and a fixed mask shape. Anything else takes the unfused forward.
+pub(super) fn applies(p: &Problem) -> bool {
+    let fixed = |shape: &[i64]| shape.iter().all(|&d| !dims::is_symbolic(d));
+    let floats = [DType::Float32, DType::Bfloat16, DType::Float16];
+    p.sizes.iter().all(|&d| !dims::is_symbolic(d) && d > 0)
+        && floats.contains(&p.q.dtype)
+        && floats.contains(&p.dtype)
+        && p.mask.as_ref().is_none_or(|m| fixed(&m.shape))
+}
+
+/// The blocking: register tiles of `mr` rows and two vectors of `lanes` f32, query blocks of
+/// `br` rows, key blocks of `bc` keys; `lp`, `sp` and `evp` are the padded sizes.
+#[derive(Clone, Copy)]
+struct Plan {
+    at: Sizes,
+    lanes: i64,
+    mr: i64,
+    br: i64,
+    bc: i64,
+    lp: i64,
+    sp: i64,
+    evp: i64,
+    causal: bool,
+    /// The mask's shape as rank 4, when there is one.
+    mask: Option<[i64; 4]>,
+}
+
+fn round_up(x: i64, multiple: i64) -> i64 {
+    x + (-x).rem_euclid(multiple)
+}
+
+impl Plan {
+    fn new(at: Sizes, causal: bool, mask: Option<[i64; 4]>, target: &Target) -> Plan {
+        let lanes = (target.vector_bytes() / 4).max(4);
+        // As the products' schedule: accumulators take half the registers.
+        let mr = (target.registers() / 4).clamp(1, 8);
+        let nr = 2 * lanes;
+        // Four register tiles of keys a block: the per-row work of each block (the row's
+        // maximum, its rescaling) spread over 128 keys with AVX-512 (at 2,048 tokens, 0.90 of
+        // the time with 64 keys, 0.95 of it with 256).
+        let bc = (4 * nr).min(round_up(at.s, nr));
+        // Up to four register tiles of rows share each key block read into L1; fewer when
+        // that pads the rows less (197 tokens: 25 blocks of 8 rows, not 7 of 32).
+        let br = (1..=4)
+            .rev()
+            .map(|n| n * mr)
+            .min_by_key(|&br| round_up(at.l, br))
+            .unwrap_or(mr);
+        Plan {
+            at,
+            lanes,
+            mr,
+            br,
+            bc,
+            lp: round_up(at.l, br),
+            sp: round_up(at.s, bc),
+            evp: round_up(at.ev, nr),
+            causal,
+            mask,
+        }
+    }
+
+    fn nr(&self) -> i64 {
+        2 * self.lanes
+    }
+
+    fn key_blocks(&self) -> i64 {
+        self.sp / self.bc
+    }
+
+    fn query_blocks(&self) -> i64 {
+        self.lp / self.br
+    }
+
+    fn ratio(&self) -> i64 {
+        self.at.heads / self.at.kv_heads
+    }
+}
+
+/// `(output [B, H, L, Ev], logsumexp [B, H, L])` of `p` (see [`applies`]).
+pub(super) fn forward<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    p: &Problem<'c, 'a>,
+) -> Result<(Value<'c, 'a>, Value<'c, 'a>)> {
+    let at = Sizes::of(p.sizes);
+    let mask = match &p.mask {
+        Some(m) => Some(rank4(ctx, m)?),
+        None => None,
+    };
+    let plan = Plan::new(
+        at,
+        p.causal,
+        mask.as_ref().map(|m| shape4(&m.shape)),
+        ctx.target,
+    );
+    let bh = at.batch * at.heads;
+    let bh_kv = at.batch * at.kv_heads;
+    let f32 = DType::Float32;
+
+    let q = ctx.reshape(&p.q, &[bh, at.l, at.e])?;
+    let q = widen(ctx, &pad_to_multiple(ctx, &q, 1, plan.br)?)?;
+    let k = ctx.reshape(&p.k, &[bh_kv, at.s, at.e])?;
+    let k = pad_to_multiple(ctx, &k, 1, plan.bc)?;
+    let k = packed_keys(ctx, &k, &plan, p.scale)?;
+    let v = ctx.reshape(&p.v, &[bh_kv, at.s, at.ev])?;
+    let v = pad_to_multiple(ctx, &v, 1, plan.bc)?;
+    let v = widen(ctx, &pad_to_multiple(ctx, &v, 2, plan.nr())?)?;
+    let mask = match mask {
+        Some(m) if m.shape[3] != 1 => Some(pad_to_multiple(ctx, &m, 3, plan.bc)?),
+        other => other,
+    };
+
+    let out = ctx.e.empty(&[bh, plan.lp, plan.evp], p.dtype)?;
+    let lse = ctx.e.empty(&[bh, plan.lp], f32)?;
+    let operands = Operands {
+        q: q.value,
+        k: k.value,
+        v: v.value,
+        mask: mask.as_ref().map(|m| (m.value, m.dtype)),
+    };
+    let results = forall(
+        &ctx.e,
+        bh * plan.query_blocks(),
+        &[out, lse],
+        |b, writes, w, shared| {
+            let (tile, lse_tile, bh, q0) = block(b, &plan, &operands.reused(), w, p.dtype)?;
+            let (bh, q0) = (reuse(bh), reuse(q0));
+            let out_sizes = [1, plan.br, plan.evp];
+            insert_tile(writes, reuse(tile), nth(shared, 0)?, &[bh, q0], &out_sizes)?;
+            insert_tile(
+                writes,
+                reuse(lse_tile),
+                nth(shared, 1)?,
+                &[bh, q0],
+                &[1, plan.br],
+            )?;
+            Ok(())
+        },
+    )?;
+
+    let out = sliced(
+        ctx,
+        nth(&results, 0)?,
+        &[bh, plan.lp, plan.evp],
+        &[bh, at.l, at.ev],
+        p.dtype,
+    )?;
+    let out = ctx.reshape(&out, &[at.batch, at.heads, at.l, at.ev])?;
+    let lse = sliced(ctx, nth(&results, 1)?, &[bh, plan.lp], &[bh, at.l], f32)?;
+    let lse = ctx.reshape(&lse, &[at.batch, at.heads, at.l])?;
+    Ok((out.value, lse.value))
+}
+
+/// The packed operands the loop reads (see the module doc), and the mask with its dtype.
+#[derive(Clone, Copy)]
+struct Operands<'c, 'a> {
+    q: Value<'c, 'a>,
+    k: Value<'c, 'a>,
+    v: Value<'c, 'a>,
+    mask: Option<(Value<'c, 'a>, DType)>,
+}
+
+impl<'c> Operands<'c, '_> {
+    /// The same values, for a nested region.
+    fn reused<'b>(&self) -> Operands<'c, 'b> {
+        Operands {
+            q: reuse(self.q),
+            k: reuse(self.k),
+            v: reuse(self.v),
+            mask: self.mask.map(|(m, d)| (reuse(m), d)),
+        }
+    }
+}
+
+/// `t` in f32.
+fn widen<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+    ctx.cast(t, DType::Float32)
+}
+
+/// The mask as rank 4 (leading sizes of 1).
+fn rank4<'c, 'a>(ctx: &LowerCtx<'c, 'a>, m: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+    ctx.reshape(m, &shape4(&m.shape))
+}
+
+fn shape4(shape: &[i64]) -> [i64; 4] {
+    let mut out = [1; 4];
+    for (slot, &d) in out.iter_mut().rev().zip(shape.iter().rev()) {
+        *slot = d;
+    }
+    out
+}
+
+/// Keys `[B·Hkv, Sp, E]` as `[B·Hkv, Sp/Bc, E, Bc]` f32, times `scale`.
+fn packed_keys<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    k: &Tensor<'c, 'a>,
+    plan: &Plan,
+    scale: f64,
+) -> Result<Tensor<'c, 'a>> {
+    let (bh_kv, e) = (k.shape[0], k.shape[2]);
+    let blocked = ctx.reshape(k, &[bh_kv, plan.key_blocks(), plan.bc, e])?;
+    let shape = [bh_kv, plan.key_blocks(), e, plan.bc];
+    let f32 = DType::Float32;
+    let init = ctx.e.empty(&shape, f32)?;
+    let from = k.dtype;
+    let read = emit::affine_map(4, &[Some(0), Some(1), Some(3), Some(2)]);
+    let value = ctx.e.generic(
+        &[(blocked.value, read)],
+        &[(init, emit::identity_map(4))],
+        &[Iter::Parallel; 4],
+        |b, x| {
+            let wide = b.convert(x[0], from, f32)?;
+            Ok(vec![b.same(
+                "arith.mulf",
+                &[wide, b.constant(Scalar::Float(scale), f32)?],
+            )?])
+        },
+    )?[0];
+    Ok(Tensor {
+        value,
+        shape: shape.to_vec(),
+        dtype: f32,
+    })
+}
+
+/// `t` of `shape` cut to `to` from its origin (nothing when they are the same).
+fn sliced<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    t: Value<'c, 'a>,
+    shape: &[i64],
+    to: &[i64],
+    dtype: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let value = if shape == to {
+        t
+    } else {
+        let ones = vec![1; to.len()];
+        ctx.e
+            .extract_slice(t, &vec![0; to.len()], to, &ones, to, dtype)?
+    };
+    Ok(Tensor {
+        value,
+        shape: to.to_vec(),
+        dtype,
+    })
+}
+
+/// `tensor.parallel_insert_slice` of `tile` into `dest`, a slice of `sizes` at the dynamic
+/// leading `offsets` (the other offsets 0).
+fn insert_tile<'c, 'b>(
+    writes: &Emit<'c, 'b>,
+    tile: Value<'c, 'b>,
+    dest: Value<'c, 'b>,
+    offsets: &[Value<'c, 'b>],
+    sizes: &[i64],
+) -> Result<()> {
+    let mut statics = vec![0; sizes.len()];
+    statics[..offsets.len()].fill(i64::MIN);
+    let named = [
+        ("static_offsets", writes.attr(&emit::i64_array(&statics))?),
+        ("static_sizes", writes.attr(&emit::i64_array(sizes))?),
+        (
+            "static_strides",
+            writes.attr(&emit::i64_array(&vec![1; sizes.len()]))?,
+        ),
+        (
+            "operandSegmentSizes",
+            writes.attr(&format!("array<i32: 1, 1, {}, 0, 0>", offsets.len()))?,
+        ),
+    ];
+    let mut operands = vec![tile, dest];
+    operands.extend_from_slice(offsets);
+    writes.op("tensor.parallel_insert_slice", &operands, &[], &named)?;
+    Ok(())
+}
+
+// ---- the loop body ------------------------------------------------------------------------
+
+/// Index arithmetic and vector ops of the kernel, on one block.
+struct K<'e, 'c, 'b> {
+    e: &'e Emit<'c, 'b>,
+    lanes: i64,
+}
+
+impl<'c, 'b> K<'_, 'c, 'b> {
+    fn index(&self, v: i64) -> Result<Value<'c, 'b>> {
+        self.e.index(v)
+    }
+
+    fn add(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        self.e.same("arith.addi", &[a, b])
+    }
+
+    fn add_n(&self, a: Value<'c, 'b>, n: i64) -> Result<Value<'c, 'b>> {
+        if n == 0 {
+            return Ok(a);
+        }
+        self.add(a, self.index(n)?)
+    }
+
+    fn mul_n(&self, a: Value<'c, 'b>, n: i64) -> Result<Value<'c, 'b>> {
+        self.e.same("arith.muli", &[a, self.index(n)?])
+    }
+
+    fn div_n(&self, a: Value<'c, 'b>, n: i64) -> Result<Value<'c, 'b>> {
+        self.e.same("arith.divui", &[a, self.index(n)?])
+    }
+
+    fn rem_n(&self, a: Value<'c, 'b>, n: i64) -> Result<Value<'c, 'b>> {
+        self.e.same("arith.remui", &[a, self.index(n)?])
+    }
+
+    fn min_n(&self, a: Value<'c, 'b>, n: i64) -> Result<Value<'c, 'b>> {
+        self.e.same("arith.minui", &[a, self.index(n)?])
+    }
+
+    fn f32(&self, v: f64) -> Result<Value<'c, 'b>> {
+        self.e.constant(Scalar::Float(v), DType::Float32)
+    }
+
+    fn vector_type(&self, dtype: DType) -> Result<Type<'c>> {
+        self.e
+            .ty(&format!("vector<{}x{}>", self.lanes, dtype.mlir()))
+    }
+
+    /// A whole vector of `source` (of `dtype`) at `indices`, along its last dimension.
+    fn read(
+        &self,
+        source: Value<'c, 'b>,
+        indices: &[Value<'c, 'b>],
+        dtype: DType,
+    ) -> Result<Value<'c, 'b>> {
+        let rank = indices.len();
+        let mut operands = vec![source];
+        operands.extend_from_slice(indices);
+        operands.push(self.e.constant(Scalar::Float(0.0), dtype)?);
+        let map = emit::affine_map(rank, &[Some(rank - 1)]);
+        let attrs = [
+            ("in_bounds", self.e.attr("[true]")?),
+            ("permutation_map", self.e.attr(&map)?),
+            (
+                "operandSegmentSizes",
+                self.e.attr(&format!("array<i32: 1, {rank}, 1, 0>"))?,
+            ),
+        ];
+        let read = self.e.op1(
+            "vector.transfer_read",
+            &operands,
+            self.vector_type(dtype)?,
+            &attrs,
+        )?;
+        if dtype == DType::Float32 {
+            return Ok(read);
+        }
+        self.e.op1(
+            "arith.extf",
+            &[read],
+            self.vector_type(DType::Float32)?,
+            &[],
+        )
+    }
+
+    /// `dest` with `vector` written at `indices`, along its last dimension.
+    fn write(
+        &self,
+        vector: Value<'c, 'b>,
+        dest: Value<'c, 'b>,
+        indices: &[Value<'c, 'b>],
+    ) -> Result<Value<'c, 'b>> {
+        let rank = indices.len();
+        let mut operands = vec![vector, dest];
+        operands.extend_from_slice(indices);
+        let map = emit::affine_map(rank, &[Some(rank - 1)]);
+        let attrs = [
+            ("in_bounds", self.e.attr("[true]")?),
+            ("permutation_map", self.e.attr(&map)?),
+            (
+                "operandSegmentSizes",
+                self.e.attr(&format!("array<i32: 1, 1, {rank}, 0>"))?,
+            ),
+        ];
+        self.e
+            .op1("vector.transfer_write", &operands, dest.r#type(), &attrs)
+    }
+
+    /// The element of `t` (of `dtype`) at `indices`, in f32.
+    fn at(
+        &self,
+        t: Value<'c, 'b>,
+        indices: &[Value<'c, 'b>],
+        dtype: DType,
+    ) -> Result<Value<'c, 'b>> {
+        let mut operands = vec![t];
+        operands.extend_from_slice(indices);
+        let x = self
+            .e
+            .op1("tensor.extract", &operands, self.e.elem_type(dtype)?, &[])?;
+        self.e.convert(x, dtype, DType::Float32)
+    }
+
+    fn put(
+        &self,
+        x: Value<'c, 'b>,
+        t: Value<'c, 'b>,
+        indices: &[Value<'c, 'b>],
+    ) -> Result<Value<'c, 'b>> {
+        let mut operands = vec![x, t];
+        operands.extend_from_slice(indices);
+        self.e.op1("tensor.insert", &operands, t.r#type(), &[])
+    }
+
+    fn splat(&self, x: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        let ty = self
+            .e
+            .ty(&format!("vector<{}x{}>", self.lanes, x.r#type()))?;
+        self.e.op1("vector.broadcast", &[x], ty, &[])
+    }
+
+    /// Lanes where vector `a` is above `b` (unsigned indices).
+    fn above(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        let ugt = self.e.attr("8 : i64")?;
+        let mask = self.e.ty(&format!("vector<{}xi1>", self.lanes))?;
+        self.e
+            .op1("arith.cmpi", &[a, b], mask, &[("predicate", ugt)])
+    }
+
+    fn fma(&self, a: Value<'c, 'b>, b: Value<'c, 'b>, c: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        self.e.same("vector.fma", &[a, b, c])
+    }
+
+    /// `a > b ? a : b` of scalars or vectors: one `vmaxps`, where `arith.maxnumf` takes three
+    /// instructions for its NaN rule. A NaN score may lose here; its exponential is NaN anyway,
+    /// and so is its row's output.
+    fn larger(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        let ogt = self.e.attr("2 : i64")?;
+        let condition = if a.r#type() == self.e.elem_type(DType::Float32)? {
+            self.e.ty("i1")?
+        } else {
+            self.e.ty(&format!("vector<{}xi1>", self.lanes))?
+        };
+        let greater = self
+            .e
+            .op1("arith.cmpf", &[a, b], condition, &[("predicate", ogt)])?;
+        self.e.select(greater, a, b)
+    }
+
+    /// The largest lane of `v` (see [`K::larger`]), by halving: log2(lanes) steps, where
+    /// `vector.reduction` of a maximum is a chain of one step per lane.
+    fn largest(&self, v: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        let mut v = v;
+        let mut half = self.lanes / 2;
+        while half > 0 {
+            let mask: Vec<i64> = (0..self.lanes).map(|i| (i + half) % self.lanes).collect();
+            let rotated = self.e.op1(
+                "vector.shuffle",
+                &[v, v],
+                v.r#type(),
+                &[("mask", self.e.attr(&emit::i64_array(&mask))?)],
+            )?;
+            v = self.larger(v, rotated)?;
+            half /= 2;
+        }
+        self.e.op1(
+            "vector.extract",
+            &[v],
+            self.e.elem_type(DType::Float32)?,
+            &[("static_position", self.e.attr("array<i64: 0>")?)],
+        )
+    }
+
+    /// The vector reduced with `kind` (`add`).
+    fn reduce(&self, kind: &str, v: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        let attr = self.e.attr(&format!("#vector.kind<{kind}>"))?;
+        // In any order: a tree of shuffles, not a chain of dependent scalar steps.
+        let reassoc = self.e.attr("#arith.fastmath<reassoc>")?;
+        self.e.op1(
+            "vector.reduction",
+            &[v],
+            self.e.elem_type(DType::Float32)?,
+            &[("kind", attr), ("fastmath", reassoc)],
+        )
+    }
+
+    /// `scf.for %iv = 0 to upper step step`, carrying `inits`.
+    fn each<F>(
+        &self,
+        upper: Value<'c, 'b>,
+        step: i64,
+        inits: &[Value<'c, 'b>],
+        body: F,
+    ) -> Result<Vec<Value<'c, 'b>>>
+    where
+        F: for<'d> FnOnce(
+            &K<'_, 'c, 'd>,
+            Value<'c, 'd>,
+            &[Value<'c, 'd>],
+        ) -> Result<Vec<Value<'c, 'd>>>,
+    {
+        let lanes = self.lanes;
+        for_loop(
+            self.e,
+            self.index(0)?,
+            upper,
+            self.index(step)?,
+            inits,
+            |inner, iv, carried| body(&K { e: inner, lanes }, iv, carried),
+        )
+    }
+
+    /// [`K::each`] over a fixed count.
+    fn upto<F>(
+        &self,
+        upper: i64,
+        step: i64,
+        inits: &[Value<'c, 'b>],
+        body: F,
+    ) -> Result<Vec<Value<'c, 'b>>>
+    where
+        F: for<'d> FnOnce(
+            &K<'_, 'c, 'd>,
+            Value<'c, 'd>,
+            &[Value<'c, 'd>],
+        ) -> Result<Vec<Value<'c, 'd>>>,
+    {
+        self.each(self.index(upper)?, step, inits, body)
+    }
+}
+
+fn reused<'c, 'b>(values: &[Value<'c, '_>]) -> Vec<Value<'c, 'b>> {
+    values.iter().map(|&v| reuse(v)).collect()
+}
+
+/// Where one iteration works: its head, the key head it reads, its first query row and the
+/// indices of its mask's slice.
+#[derive(Clone, Copy)]
+struct Site<'c, 'b> {
+    bh: Value<'c, 'b>,
+    bh_kv: Value<'c, 'b>,
+    q0: Value<'c, 'b>,
+    mask_bh: [Value<'c, 'b>; 2],
+}
+
+impl<'c> Site<'c, '_> {
+    fn reused<'d>(&self) -> Site<'c, 'd> {
+        Site {
+            bh: reuse(self.bh),
+            bh_kv: reuse(self.bh_kv),
+            q0: reuse(self.q0),
+            mask_bh: [reuse(self.mask_bh[0]), reuse(self.mask_bh[1])],
+        }
+    }
+}
+
+/// One iteration `w` of the loop: `(output tile [br, evp], logsumexp [br], head, first row)`.
+fn block<'c, 'b>(
+    e: &Emit<'c, 'b>,
+    plan: &Plan,
+    x: &Operands<'c, 'b>,
+    w: Value<'c, 'b>,
+    dtype: DType,
+) -> Result<(Value<'c, 'b>, Value<'c, 'b>, Value<'c, 'b>, Value<'c, 'b>)> {
+    let k = K {
+        e,
+        lanes: plan.lanes,
+    };
+    let f32 = DType::Float32;
+    let bh = k.div_n(w, plan.query_blocks())?;
+    let q0 = k.mul_n(k.rem_n(w, plan.query_blocks())?, plan.br)?;
+    let (batch, head) = (k.div_n(bh, plan.at.heads)?, k.rem_n(bh, plan.at.heads)?);
+    let bh_kv = k.add(
+        k.mul_n(batch, plan.at.kv_heads)?,
+        k.div_n(head, plan.ratio())?,
+    )?;
+    let zero = k.index(0)?;
+    let mask_bh = match plan.mask {
+        Some([mb, mh, _, _]) => [
+            if mb == 1 { zero } else { batch },
+            if mh == 1 { zero } else { head },
+        ],
+        None => [zero, zero],
+    };
+    let site = Site {
+        bh,
+        bh_kv,
+        q0,
+        mask_bh,
+    };
+    let (br, bc) = (plan.br, plan.bc);
+    let scores = e.empty(&[br, bc], f32)?;
+    let acc = e.splat(&[br, plan.evp], f32, Scalar::Float(0.0))?;
+    let max = e.splat(&[br], f32, Scalar::Float(f64::NEG_INFINITY))?;
+    let sum = e.splat(&[br, plan.lanes], f32, Scalar::Float(0.0))?;
+    let alpha = e.empty(&[br], f32)?;
+    // Causal: the keys up to the block's last row.
+    let blocks = if plan.causal {
+        let last = k.add_n(q0, br - 1)?;
+        k.min_n(k.add_n(k.div_n(last, bc)?, 1)?, plan.key_blocks())?
+    } else {
+        k.index(plan.key_blocks())?
+    };
+    let state = k.each(blocks, 1, &[scores, acc, max, sum, alpha], |k, kb, c| {
+        let site = site.reused();
+        let x = x.reused();
+        let scores = block_scores(k, plan, &x, &site, kb, nth(c, 0)?)?;
+        let [scores, max, sum, alpha] = online_softmax(k, plan, scores, &c[2..5])?;
+        let acc = attend(k, plan, &x, &site, kb, scores, nth(c, 1)?, alpha)?;
+        Ok(vec![scores, acc, max, sum, alpha])
+    })?;
+    let (tile, lse) = normalised(
+        &k,
+        plan,
+        nth(&state, 1)?,
+        nth(&state, 2)?,
+        nth(&state, 3)?,
+        dtype,
+    )?;
+    Ok((tile, lse, bh, q0))
+}
+
+/// The key block `kb`'s scores of the query block: `q kᵀ` (the scale is in the packed keys),
+/// plus the mask, -inf where causality or padding hides the key; written into `scores`.
+fn block_scores<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    x: &Operands<'c, 'b>,
+    site: &Site<'c, 'b>,
+    kb: Value<'c, 'b>,
+    scores: Value<'c, 'b>,
+) -> Result<Value<'c, 'b>> {
+    let (mr, nr, lanes) = (plan.mr, plan.nr(), plan.lanes);
+    let f32 = DType::Float32;
+    let kb_outer = kb;
+    let result = k.upto(plan.br, mr, &[scores], |k, row, c| {
+        let (site, x, kb) = (site.reused(), x.reused(), reuse(kb_outer));
+        let row_outer = row;
+        k.upto(plan.bc, nr, &reused(c), |k, col, c| {
+            let (site, x, kb, row) = (site.reused(), x.reused(), reuse(kb), reuse(row_outer));
+            let zero = k.splat(k.f32(0.0)?)?;
+            let first = k.add(site.q0, row)?;
+            let col_outer = col;
+            let accs = k.upto(plan.at.e, 1, &vec![zero; 2 * mr as usize], |k, d, acc| {
+                let (site, x, kb, col) = (site.reused(), x.reused(), reuse(kb), reuse(col_outer));
+                let first = reuse(first);
+                let k0 = k.read(x.k, &[site.bh_kv, kb, d, col], f32)?;
+                let k1 = k.read(x.k, &[site.bh_kv, kb, d, k.add_n(col, lanes)?], f32)?;
+                let mut next = Vec::with_capacity(acc.len());
+                for r in 0..mr {
+                    let query = k.at(x.q, &[site.bh, k.add_n(first, r)?, d], f32)?;
+                    let query = k.splat(query)?;
+                    next.push(k.fma(query, k0, nth(acc, 2 * r as usize)?)?);
+                    next.push(k.fma(query, k1, nth(acc, 2 * r as usize + 1)?)?);
+                }
+                Ok(next)
+            })?;
+            let j0 = k.mul_n(kb, plan.bc)?;
+            let mut scores = nth(c, 0)?;
+            for r in 0..mr {
+                let i = k.add_n(first, r)?;
+                for half in 0..2 {
+                    let local = k.add_n(col, half * lanes)?;
+                    let j = k.add(j0, local)?;
+                    let s = masked(
+                        k,
+                        plan,
+                        &x,
+                        &site,
+                        nth(&accs, (2 * r + half) as usize)?,
+                        i,
+                        j,
+                    )?;
+                    scores = k.write(s, scores, &[k.add_n(row, r)?, local])?;
+                }
+            }
+            Ok(vec![scores])
+        })
+    })?;
+    nth(&result, 0)
+}
+
+/// Scores `s` of query row `i` and the vector of keys from `j`, with the mask added and the
+/// keys that causality or padding hides at -inf.
+fn masked<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    x: &Operands<'c, 'b>,
+    site: &Site<'c, 'b>,
+    s: Value<'c, 'b>,
+    i: Value<'c, 'b>,
+    j: Value<'c, 'b>,
+) -> Result<Value<'c, 'b>> {
+    let mut s = s;
+    if let (Some([_, _, ml, ms]), Some((mask, dtype))) = (plan.mask, x.mask) {
+        // Padded query rows read the last row's mask.
+        let row = if ml == 1 {
+            k.index(0)?
+        } else {
+            k.min_n(i, plan.at.l - 1)?
+        };
+        let [mb, mh] = site.mask_bh;
+        let m = if ms == 1 {
+            k.splat(k.at(mask, &[mb, mh, row, k.index(0)?], dtype)?)?
+        } else {
+            k.read(mask, &[mb, mh, row, j], dtype)?
+        };
+        s = k.e.same("arith.addf", &[s, m])?;
+    }
+    let padded = plan.at.s % plan.bc != 0;
+    if !plan.causal && !padded {
+        return Ok(s);
+    }
+    let index_vector = k.e.ty(&format!("vector<{}xindex>", k.lanes))?;
+    let keys = k.add(k.e.op1("vector.step", &[], index_vector, &[])?, k.splat(j)?)?;
+    let mut hidden = None;
+    if plan.causal {
+        hidden = Some(k.above(keys, k.splat(i)?)?);
+    }
+    if padded {
+        let past = k.above(keys, k.splat(k.index(plan.at.s - 1)?)?)?;
+        hidden = Some(match hidden {
+            Some(h) => k.e.same("arith.ori", &[h, past])?,
+            None => past,
+        });
+    }
+    match hidden {
+        Some(h) => k.e.select(h, k.splat(k.f32(f64::NEG_INFINITY)?)?, s),
+        None => Ok(s),
+    }
+}
+
+/// The online softmax over one key block, row by row: the new maxima, the scores replaced by
+/// `exp(score - max)`, the sums rescaled by `alpha = exp(old max - new max)` plus the block's,
+/// and `alpha` for the accumulator. A row whose keys so far are all hidden keeps a maximum of
+/// -inf and is shifted by 0 instead, so its exponentials and its `alpha` are 0, never NaN.
+fn online_softmax<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    scores: Value<'c, 'b>,
+    stats: &[Value<'c, 'b>],
+) -> Result<[Value<'c, 'b>; 4]> {
+    let f32 = DType::Float32;
+    let lanes = plan.lanes;
+    let chunks = plan.bc / lanes;
+    let mut inits = vec![scores];
+    inits.extend_from_slice(stats);
+    let out = k.upto(plan.br, 1, &inits, |k, r, c| {
+        let (scores, max, sum, alpha) = (nth(c, 0)?, nth(c, 1)?, nth(c, 2)?, nth(c, 3)?);
+        let offsets = (0..chunks)
+            .map(|chunk| k.index(chunk * lanes))
+            .collect::<Result<Vec<_>>>()?;
+        let xs = offsets
+            .iter()
+            .map(|&o| k.read(scores, &[r, o], f32))
+            .collect::<Result<Vec<_>>>()?;
+        let mut top = nth(&xs, 0)?;
+        for &x in &xs[1..] {
+            top = k.larger(top, x)?;
+        }
+        let old = k.at(max, &[r], f32)?;
+        let new = k.larger(old, k.largest(top)?)?;
+        let none = k.e.cmpf("oeq", new, k.f32(f64::NEG_INFINITY)?)?;
+        let shift = k.e.select(none, k.f32(0.0)?, new)?;
+        let rescale =
+            k.e.same("math.exp", &[k.e.same("arith.subf", &[old, shift])?])?;
+        let shift_vector = k.splat(shift)?;
+        let mut scores = scores;
+        let mut total = None;
+        for (&x, &o) in xs.iter().zip(&offsets) {
+            let p =
+                k.e.same("math.exp", &[k.e.same("arith.subf", &[x, shift_vector])?])?;
+            scores = k.write(p, scores, &[r, o])?;
+            total = Some(match total {
+                Some(t) => k.e.same("arith.addf", &[t, p])?,
+                None => p,
+            });
+        }
+        let old_sum = k.read(sum, &[r, k.index(0)?], f32)?;
+        let rescaled = k.e.same("arith.mulf", &[old_sum, k.splat(rescale)?])?;
+        let new_sum = match total {
+            Some(t) => k.e.same("arith.addf", &[rescaled, t])?,
+            None => rescaled,
+        };
+        Ok(vec![
+            scores,
+            k.put(new, max, &[r])?,
+            k.write(new_sum, sum, &[r, k.index(0)?])?,
+            k.put(rescale, alpha, &[r])?,
+        ])
+    })?;
+    Ok([nth(&out, 0)?, nth(&out, 1)?, nth(&out, 2)?, nth(&out, 3)?])
+}
+
+/// The accumulator rescaled by each row's `alpha`, plus the key block's exponentials times its
+/// values: register tiles of `mr` rows and two vectors of value columns.
+#[allow(clippy::too_many_arguments)]
+fn attend<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    x: &Operands<'c, 'b>,
+    site: &Site<'c, 'b>,
+    kb: Value<'c, 'b>,
+    scores: Value<'c, 'b>,
+    acc: Value<'c, 'b>,
+    alpha: Value<'c, 'b>,
+) -> Result<Value<'c, 'b>> {
+    let (mr, nr, lanes) = (plan.mr, plan.nr(), plan.lanes);
+    let f32 = DType::Float32;
+    let j0 = k.mul_n(kb, plan.bc)?;
+    let outer = (j0, scores, alpha);
+    let result = k.upto(plan.evp, nr, &[acc], |k, col, c| {
+        let (site, x) = (site.reused(), x.reused());
+        let (j0, scores, alpha) = (reuse(outer.0), reuse(outer.1), reuse(outer.2));
+        let col_outer = col;
+        k.upto(plan.br, mr, &reused(c), |k, row, c| {
+            let (site, x) = (site.reused(), x.reused());
+            let (j0, scores, alpha, col) =
+                (reuse(j0), reuse(scores), reuse(alpha), reuse(col_outer));
+            let acc = nth(c, 0)?;
+            let mut tile = Vec::with_capacity(2 * mr as usize);
+            for r in 0..mr {
+                let at_row = k.add_n(row, r)?;
+                let rescale = k.splat(k.at(alpha, &[at_row], f32)?)?;
+                for half in 0..2 {
+                    let old = k.read(acc, &[at_row, k.add_n(col, half * lanes)?], f32)?;
+                    tile.push(k.e.same("arith.mulf", &[old, rescale])?);
+                }
+            }
+            let row_outer = row;
+            let tile = k.upto(plan.bc, 1, &tile, |k, j, t| {
+                let (site, x) = (site.reused(), x.reused());
+                let (j0, scores, col, row) =
+                    (reuse(j0), reuse(scores), reuse(col), reuse(row_outer));
+                let key = k.add(j0, j)?;
+                let v0 = k.read(x.v, &[site.bh_kv, key, col], f32)?;
+                let v1 = k.read(x.v, &[site.bh_kv, key, k.add_n(col, lanes)?], f32)?;
+                let mut next = Vec::with_capacity(t.len());
+                for r in 0..mr {
+                    let p = k.splat(k.at(scores, &[k.add_n(row, r)?, j], f32)?)?;
+                    next.push(k.fma(p, v0, nth(t, 2 * r as usize)?)?);
+                    next.push(k.fma(p, v1, nth(t, 2 * r as usize + 1)?)?);
+                }
+                Ok(next)
+            })?;
+            let mut acc = acc;
+            for r in 0..mr {
+                for half in 0..2 {
+                    let at = [k.add_n(row, r)?, k.add_n(col, half * lanes)?];
+                    acc = k.write(nth(&tile, (2 * r + half) as usize)?, acc, &at)?;
+                }
+            }
+            Ok(vec![acc])
+        })
+    })?;
+    nth(&result, 0)
+}
+
+/// The output tile (the accumulator over each row's sum, in `dtype`; zeros for a row whose
+/// keys are all hidden) and the logsumexp `max + log(sum)` (0 for such a row).
+fn normalised<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    acc: Value<'c, 'b>,
+    max: Value<'c, 'b>,
+    sum: Value<'c, 'b>,
+    dtype: DType,
+) -> Result<(Value<'c, 'b>, Value<'c, 'b>)> {
+    let f32 = DType::Float32;
+    let lanes = plan.lanes;
+    let tile = k.e.empty(&[plan.br, plan.evp], dtype)?;
+    let lse = k.e.empty(&[plan.br], f32)?;
+    let stats = (acc, max, sum);
+    let out = k.upto(plan.br, 1, &[tile, lse], |k, r, c| {
+        let (acc, max, sum) = (reuse(stats.0), reuse(stats.1), reuse(stats.2));
+        let l = k.reduce("add", k.read(sum, &[r, k.index(0)?], f32)?)?;
+        let m = k.at(max, &[r], f32)?;
+        let zero = k.f32(0.0)?;
+        let empty = k.e.cmpf("oeq", l, zero)?;
+        let inverse = k.e.same("arith.divf", &[k.f32(1.0)?, l])?;
+        let inverse = k.splat(k.e.select(empty, zero, inverse)?)?;
+        let mut tile = nth(c, 0)?;
+        for chunk in 0..plan.evp / lanes {
+            let at = [r, k.index(chunk * lanes)?];
+            let o = k.e.same("arith.mulf", &[k.read(acc, &at, f32)?, inverse])?;
+            let o = if dtype == f32 {
+                o
+            } else {
+                k.e.op1("arith.truncf", &[o], k.vector_type(dtype)?, &[])?
+            };
+            tile = k.write(o, tile, &at)?;
+        }
+        let log = k.e.same("arith.addf", &[m, k.e.same("math.log", &[l])?])?;
+        let lse = k.put(k.e.select(empty, zero, log)?, nth(c, 1)?, &[r])?;
+        Ok(vec![tile, lse])
+    })?;
+    Ok((nth(&out, 0)?, nth(&out, 1)?))
+}
