@@ -178,8 +178,9 @@ def test_products_of_activations_are_packed_in_the_kernel(tmp_path, a_shape, b_s
 
 
 def test_bf16_attention_runs_on_dot_products(tmp_path):
-    """Both products of scaled dot-product attention: ``q @ kᵀ`` (37 keys: padded to 48
-    columns) and ``p @ v`` (an odd reduction over the 37 keys)."""
+    """Both products of attention written out (``scaled_dot_product_attention`` itself is one
+    fused kernel of f32 FMAs): ``q @ kᵀ`` (37 keys: padded to 48 columns) and ``p @ v`` (an odd
+    reduction over the 37 keys)."""
     torch.manual_seed(0)
     q = torch.randn(2, 4, 40, 32, dtype=torch.bfloat16)
     k = torch.randn(2, 4, 37, 32, dtype=torch.bfloat16)
@@ -187,7 +188,8 @@ def test_bf16_attention_runs_on_dot_products(tmp_path):
     mask = torch.randn(40, 37, dtype=torch.bfloat16)
 
     def attention(q, k, v, mask):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + mask
+        return torch.softmax(scores, dim=-1) @ v
 
     with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path)):
         actual = torch.compile(attention, backend="fxmlir")(q, k, v, mask)

@@ -1,11 +1,12 @@
 //! The fused forward of scaled dot-product attention over fixed sizes (flash attention):
 //! `softmax(q kᵀ · scale + mask) v` and its logsumexp without a score matrix in memory. Each
-//! iteration of one `scf.forall` takes a block of query rows of one head and walks the key
-//! blocks, keeping the block's scores (`rows x keys`, in L1), its running row maxima and sums,
-//! and its output accumulator (`rows x Ev`) in scratch tensors; the products are register
-//! tiles written as vector FMAs (`mr` rows x two vectors, broadcast left operand), the softmax
-//! is online (each key block rescales the accumulator by `exp(old max - new max)`). With
-//! causality, key blocks wholly above the block's last row are skipped.
+//! iteration of one `scf.forall` (an `scf.for` on one thread) takes a block of query rows of
+//! one head and walks the key blocks, keeping the block's scores (`rows x keys`, in L1), its
+//! running row maxima and sums, and its output accumulator (`rows x Ev`) in scratch tensors;
+//! the products are register tiles written as vector FMAs (`mr` rows x two vectors, broadcast
+//! left operand), the softmax is online (each key block rescales the accumulator by
+//! `exp(old max - new max)`). With causality, key blocks wholly above the block's last row are
+//! skipped.
 //!
 //! Operands are packed once per call, outside the loop, so that every read in the loop is a
 //! whole vector in bounds: the queries as `[B·H, Lp, E]` f32, the keys transposed, scaled and
@@ -184,25 +185,41 @@ pub(super) fn forward<'c, 'a>(
         v: v.value,
         mask: mask.as_ref().map(|m| (m.value, m.dtype)),
     };
-    let results = forall(
-        &ctx.e,
-        bh * plan.query_blocks(),
-        &[out, lse],
-        |b, writes, w, shared| {
+    let count = bh * plan.query_blocks();
+    let out_sizes = [1, plan.br, plan.evp];
+    let lse_sizes = [1, plan.br];
+    // One thread (a plugin's executor among them): a sequential loop, no OpenMP.
+    let results = if ctx.target.threads > 1 {
+        forall(&ctx.e, count, &[out, lse], |b, writes, w, shared| {
             let (tile, lse_tile, bh, q0) = block(b, &plan, &operands.reused(), w, p.dtype)?;
-            let (bh, q0) = (reuse(bh), reuse(q0));
-            let out_sizes = [1, plan.br, plan.evp];
-            insert_tile(writes, reuse(tile), nth(shared, 0)?, &[bh, q0], &out_sizes)?;
+            let at = [reuse(bh), reuse(q0)];
+            insert_tile(writes, reuse(tile), nth(shared, 0)?, &at, &out_sizes, true)?;
             insert_tile(
                 writes,
                 reuse(lse_tile),
                 nth(shared, 1)?,
-                &[bh, q0],
-                &[1, plan.br],
+                &at,
+                &lse_sizes,
+                true,
             )?;
             Ok(())
-        },
-    )?;
+        })?
+    } else {
+        let (zero, one) = (ctx.e.index(0)?, ctx.e.index(1)?);
+        for_loop(
+            &ctx.e,
+            zero,
+            ctx.e.index(count)?,
+            one,
+            &[out, lse],
+            |b, w, c| {
+                let (tile, lse_tile, bh, q0) = block(b, &plan, &operands.reused(), w, p.dtype)?;
+                let out = insert_tile(b, tile, nth(c, 0)?, &[bh, q0], &out_sizes, false)?;
+                let lse = insert_tile(b, lse_tile, nth(c, 1)?, &[bh, q0], &lse_sizes, false)?;
+                Ok(vec![out, lse])
+            },
+        )?
+    };
 
     let out = sliced(
         ctx,
@@ -311,15 +328,17 @@ fn sliced<'c, 'a>(
     })
 }
 
-/// `tensor.parallel_insert_slice` of `tile` into `dest`, a slice of `sizes` at the dynamic
-/// leading `offsets` (the other offsets 0).
+/// `dest` with `tile` inserted as a slice of `sizes` at the dynamic leading `offsets` (the
+/// other offsets 0): `tensor.insert_slice`, or in an `scf.forall.in_parallel` block
+/// (`parallel`) `tensor.parallel_insert_slice`, which has no result (`dest` comes back).
 fn insert_tile<'c, 'b>(
     writes: &Emit<'c, 'b>,
     tile: Value<'c, 'b>,
     dest: Value<'c, 'b>,
     offsets: &[Value<'c, 'b>],
     sizes: &[i64],
-) -> Result<()> {
+    parallel: bool,
+) -> Result<Value<'c, 'b>> {
     let mut statics = vec![0; sizes.len()];
     statics[..offsets.len()].fill(i64::MIN);
     let named = [
@@ -336,8 +355,11 @@ fn insert_tile<'c, 'b>(
     ];
     let mut operands = vec![tile, dest];
     operands.extend_from_slice(offsets);
-    writes.op("tensor.parallel_insert_slice", &operands, &[], &named)?;
-    Ok(())
+    if parallel {
+        writes.op("tensor.parallel_insert_slice", &operands, &[], &named)?;
+        return Ok(dest);
+    }
+    writes.op1("tensor.insert_slice", &operands, dest.r#type(), &named)
 }
 
 // ---- the loop body ------------------------------------------------------------------------
