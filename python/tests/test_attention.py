@@ -1,6 +1,6 @@
 """The fused attention forward (``src/lower/flash.rs``): scaled dot-product attention over fixed
-sizes in f32, bf16 and f16 is one kernel of query blocks walking key blocks with an online
-softmax. Sizes here cross the blocks (rows, keys and head sizes that no tile divides), with
+sizes in f32, bf16 and f16 (at least 8 query rows and 8,192 scores per head) is one kernel of
+query blocks walking key blocks with an online softmax. Sizes here cross the blocks (rows, keys and head sizes that no tile divides), with
 masks of every broadcast shape, causality with more or fewer queries than keys, grouped-query
 attention and training (the backward reads the fused forward's logsumexp), against eager, on
 the host's vectors and on AVX2's. Each compile is strict (nothing falls back to eager) and its
@@ -57,11 +57,12 @@ CASES = {
     "ragged": ((2, 3, 70, 40), (2, 3, 150, 40), (2, 3, 150, 40), {}),
     "causal": ((1, 2, 200, 64), (1, 2, 200, 64), (1, 2, 200, 64), {"is_causal": True}),
     # Rows past the last key see every key; rows before the first key block's end see fewer.
-    "causal_long_query": ((1, 2, 130, 16), (1, 2, 40, 16), (1, 2, 40, 16), {"is_causal": True}),
+    "causal_long_query": ((1, 2, 260, 16), (1, 2, 40, 16), (1, 2, 40, 16), {"is_causal": True}),
     "causal_short_query": ((1, 2, 40, 16), (1, 2, 300, 16), (1, 2, 300, 16), {"is_causal": True}),
-    "scale": ((1, 4, 64, 32), (1, 4, 96, 32), (1, 4, 96, 32), {"scale": 0.3}),
+    "scale": ((1, 4, 64, 32), (1, 4, 160, 32), (1, 4, 160, 32), {"scale": 0.3}),
     "grouped": ((2, 8, 100, 64), (2, 2, 100, 64), (2, 2, 100, 64), {"enable_gqa": True}),
-    "one_query": ((3, 2, 1, 64), (3, 2, 77, 64), (3, 2, 77, 64), {}),
+    # Fewer keys than one block of 32: the rest of the block hidden.
+    "few_keys": ((3, 2, 300, 64), (3, 2, 30, 64), (3, 2, 30, 64), {}),
     "large_head": ((1, 2, 33, 128), (1, 2, 257, 128), (1, 2, 257, 128), {}),
 }
 
@@ -115,7 +116,7 @@ FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 def test_fused_forward_with_masks(mask, causal, target, tmp_path):
     """The mask added after the scale, then causality: both outputs of the op (the output and
     the logsumexp, which a backward reads) match eager's."""
-    b, h, rows, keys = 2, 3, 45, 90
+    b, h, rows, keys = 2, 3, 100, 90
     q, k, v = _inputs([(b, h, rows, 32), (b, h, keys, 32), (b, h, keys, 32)], torch.float32)
     m = MASKS[mask](b, h, rows, keys)
 
@@ -128,12 +129,28 @@ def test_fused_forward_with_masks(mask, causal, target, tmp_path):
         torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize(
+    "shapes",
+    [[(3, 2, 1, 64), (3, 2, 700, 64)], [(8, 12, 64, 64), (8, 12, 64, 64)]],
+    ids=["decode_step", "small_scores"],
+)
+def test_small_attention_stays_unfused(shapes, tmp_path):
+    """A decode step's single query row, and score matrices that stay in cache, take the
+    unfused forward (batched products), which is faster there."""
+    q_shape, kv_shape = shapes
+    args = _inputs([q_shape, kv_shape, kv_shape], torch.float32)
+    actual = _compile(F.scaled_dot_product_attention, args, tmp_path, "host")
+    lowered = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir"))
+    assert "linalg.batch_matmul" in lowered and "vector.fma" not in lowered
+    torch.testing.assert_close(actual, F.scaled_dot_product_attention(*args), atol=2e-5, rtol=2e-5)
+
+
 def test_boolean_mask_and_nan_rows(tmp_path):
     """A boolean mask (PyTorch makes it additive before the kernel) and a query row holding a
     NaN: that row's output is NaN, as eager's, and no other row is touched."""
-    q, k, v = _inputs([(1, 2, 50, 16), (1, 2, 70, 16), (1, 2, 70, 16)], torch.float32)
+    q, k, v = _inputs([(1, 2, 120, 16), (1, 2, 70, 16), (1, 2, 70, 16)], torch.float32)
     q[0, 1, 7, 3] = math.nan
-    keep = torch.rand(1, 1, 50, 70, generator=torch.Generator().manual_seed(2)) > 0.4
+    keep = torch.rand(1, 1, 120, 70, generator=torch.Generator().manual_seed(2)) > 0.4
     keep[..., 0] = True
 
     def fn(q, k, v, keep):
@@ -150,7 +167,7 @@ def test_boolean_mask_and_nan_rows(tmp_path):
 def test_training_step_reads_the_fused_logsumexp(causal, tmp_path):
     """A training step: the forward is the fused kernel, the backward recomputes the
     probabilities from its logsumexp; the gradients match eager's."""
-    shapes = [(2, 4, 70, 32), (2, 2, 90, 32), (2, 2, 90, 32)]
+    shapes = [(2, 4, 100, 32), (2, 2, 90, 32), (2, 2, 90, 32)]
     leaves = [t.requires_grad_() for t in _inputs(shapes, torch.float32)]
     eager = [t.detach().clone().requires_grad_() for t in leaves]
 

@@ -1,7 +1,8 @@
 //! Scaled dot-product attention, kept whole by the backend rather than decomposed (tracing
 //! PyTorch's decomposition, and the ops it made, was more than half of aot_autograd's time on
 //! BERT and GPT-2). The forward over fixed sizes in f32 or half precision is one fused kernel
-//! ([`flash`]) that never writes the score matrix. Otherwise (f64, symbolic sizes) it lowers to
+//! ([`flash`]) that never writes the score matrix. Otherwise (f64, symbolic sizes, a decode
+//! step's few query rows, score matrices that stay in cache) it lowers to
 //! what the decomposition would give: a batched `q @ kᵀ`, one elementwise pass for the scale,
 //! the mask and causality, a softmax, and a batched product with `v`. The backward recomputes
 //! the probabilities from the forward's logsumexp and takes four batched products. The matrix
