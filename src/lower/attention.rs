@@ -70,13 +70,7 @@ struct Attention<'c, 'a> {
     mask: Option<Tensor<'c, 'a>>,
     causal: bool,
     scale: Scale,
-    batch: i64,
-    heads: i64,
-    kv_heads: i64,
-    l: i64,
-    s: i64,
-    e: i64,
-    ev: i64,
+    at: flash::Sizes,
 }
 
 impl<'c, 'a> Attention<'c, 'a> {
@@ -154,13 +148,15 @@ impl<'c, 'a> Attention<'c, 'a> {
             v,
             mask,
             scale,
-            batch,
-            heads,
-            kv_heads,
-            l,
-            s,
-            e,
-            ev,
+            at: flash::Sizes {
+                batch,
+                heads,
+                kv_heads,
+                l,
+                s,
+                e,
+                ev,
+            },
         })
     }
 
@@ -176,15 +172,7 @@ impl<'c, 'a> Attention<'c, 'a> {
             mask: self.mask.clone(),
             causal: self.causal,
             scale,
-            sizes: [
-                self.batch,
-                self.heads,
-                self.kv_heads,
-                self.l,
-                self.s,
-                self.e,
-                self.ev,
-            ],
+            at: self.at,
             dtype,
         };
         flash::applies(&problem).then_some(problem)
@@ -196,18 +184,18 @@ impl<'c, 'a> Attention<'c, 'a> {
     }
 
     fn scores_shape(&self) -> [i64; 4] {
-        [self.batch, self.heads, self.l, self.s]
+        [self.at.batch, self.at.heads, self.at.l, self.at.s]
     }
 
     /// Products run over the batch and key heads together; the query rows of the heads that
     /// share a key head stack into one product with it, so no key or value is copied per
     /// query head.
     fn bh(&self) -> Result<i64> {
-        dims::product(&[self.batch, self.kv_heads])
+        dims::product(&[self.at.batch, self.at.kv_heads])
     }
 
     fn rows(&self) -> Result<i64> {
-        dims::product(&[self.ratio(), self.l])
+        dims::product(&[self.ratio(), self.at.l])
     }
 
     /// `t` `[B, H, L, X]` as `[B·Hkv, (H / Hkv)·L, X]`, through `[B, Hkv, H / Hkv, L, X]`
@@ -219,34 +207,34 @@ impl<'c, 'a> Attention<'c, 'a> {
             return self.batched(ctx, t, self.rows()?);
         }
         let [b, _, l, x] = four(t, "a stacked operand")?;
-        let split = ctx.reshape(t, &[b, self.kv_heads, ratio, l, x])?;
+        let split = ctx.reshape(t, &[b, self.at.kv_heads, ratio, l, x])?;
         self.batched(ctx, &split, self.rows()?)
     }
 
     /// `t` `[B·Hkv, (H / Hkv)·L, X]` back as `[B, H, L, X]`, through `[B, Hkv, H / Hkv, L, X]`.
     fn unstacked(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
         let x = *t.shape.last().unwrap_or(&1);
-        let whole = [self.batch, self.heads, self.l, x];
+        let whole = [self.at.batch, self.at.heads, self.at.l, x];
         let ratio = self.ratio();
         if ratio == 1 {
             return ctx.reshape(t, &whole);
         }
-        let split = ctx.reshape(t, &[self.batch, self.kv_heads, ratio, self.l, x])?;
+        let split = ctx.reshape(t, &[self.at.batch, self.at.kv_heads, ratio, self.at.l, x])?;
         ctx.reshape(&split, &whole)
     }
 
     /// Query heads per key head.
     fn ratio(&self) -> i64 {
-        if self.heads == self.kv_heads {
+        if self.at.heads == self.at.kv_heads {
             1
         } else {
-            self.heads / self.kv_heads
+            self.at.heads / self.at.kv_heads
         }
     }
 
     /// `t` `[B, Hkv, S, X]` as `[B·Hkv, S, X]`.
     fn per_key_head(&self, ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
-        self.batched(ctx, t, self.s)
+        self.batched(ctx, t, self.at.s)
     }
 
     /// `t` as `[B·Hkv, rows, X]` (`X` its last size).
@@ -384,24 +372,24 @@ fn lower_flash_attention_backward<'c, 'a>(
         ctx.tensor(node, 4)?,
         ctx.tensor(node, 5)?,
     );
-    let out_shape = [a.batch, a.heads, a.l, a.ev];
+    let out_shape = [a.at.batch, a.at.heads, a.at.l, a.at.ev];
     if grad.shape != out_shape || out.shape != out_shape {
         return fail(format!(
             "grad_out {:?} and out {:?} must have the output's shape {out_shape:?}",
             grad.shape, out.shape
         ));
     }
-    if logsumexp.shape != [a.batch, a.heads, a.l] {
+    if logsumexp.shape != [a.at.batch, a.at.heads, a.at.l] {
         return fail(format!(
             "logsumexp {:?} must have the shape {:?}",
             logsumexp.shape,
-            [a.batch, a.heads, a.l]
+            [a.at.batch, a.at.heads, a.at.l]
         ));
     }
     let acc = a.acc();
     let scores = a.scores(ctx)?;
     let shape = a.scores_shape();
-    let per_row = ctx.reshape(&logsumexp, &[a.batch, a.heads, a.l, 1])?;
+    let per_row = ctx.reshape(&logsumexp, &[a.at.batch, a.at.heads, a.at.l, 1])?;
     let p = Tensor {
         value: ctx.elementwise(
             &[Operand::Tensor(scores), Operand::Tensor(per_row)],
@@ -439,7 +427,7 @@ fn lower_flash_attention_backward<'c, 'a>(
     let mean = ctx.reduce(&weighted, &[3], acc, Scalar::Float(0.0), |b, sum, x| {
         b.same("arith.addf", &[sum, x])
     })?;
-    let mean = ctx.reshape(&mean, &[a.batch, a.heads, a.l, 1])?;
+    let mean = ctx.reshape(&mean, &[a.at.batch, a.at.heads, a.at.l, 1])?;
 
     let vt = transposed(ctx, &a.per_key_head(ctx, &a.v)?)?;
     let dp = products::contract(ctx, &grad3, &vt, acc)?;
@@ -471,8 +459,8 @@ fn lower_flash_attention_backward<'c, 'a>(
 
     let mut grads = vec![a.unstacked(ctx, &ctx.cast(&dq, ctx.out(0)?.dtype)?)?.value];
     for (g, index, shape) in [
-        (dk, 1, [a.batch, a.kv_heads, a.s, a.e]),
-        (dv, 2, [a.batch, a.kv_heads, a.s, a.ev]),
+        (dk, 1, [a.at.batch, a.at.kv_heads, a.at.s, a.at.e]),
+        (dv, 2, [a.at.batch, a.at.kv_heads, a.at.s, a.at.ev]),
     ] {
         let g = ctx.cast(&g, ctx.out(index)?.dtype)?;
         grads.push(ctx.reshape(&g, &shape)?.value);

@@ -33,34 +33,34 @@ pub(super) struct Problem<'c, 'a> {
     pub mask: Option<Tensor<'c, 'a>>,
     pub causal: bool,
     pub scale: f64,
-    pub sizes: [i64; 7],
+    pub at: Sizes,
     pub dtype: DType,
 }
 
-/// The sizes of a [`Problem`], in the order of [`Problem::sizes`].
+/// The sizes of an attention: batch, query and key heads, query and key lengths, the head
+/// sizes of the queries and keys (`E`) and of the values (`Ev`).
 #[derive(Clone, Copy)]
-struct Sizes {
-    batch: i64,
-    heads: i64,
-    kv_heads: i64,
-    l: i64,
-    s: i64,
-    e: i64,
-    ev: i64,
+pub(super) struct Sizes {
+    pub batch: i64,
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub l: i64,
+    pub s: i64,
+    pub e: i64,
+    pub ev: i64,
 }
 
 impl Sizes {
-    fn of(sizes: [i64; 7]) -> Sizes {
-        let [batch, heads, kv_heads, l, s, e, ev] = sizes;
-        Sizes {
-            batch,
-            heads,
-            kv_heads,
-            l,
-            s,
-            e,
-            ev,
-        }
+    fn all(&self) -> [i64; 7] {
+        [
+            self.batch,
+            self.heads,
+            self.kv_heads,
+            self.l,
+            self.s,
+            self.e,
+            self.ev,
+        ]
     }
 }
 
@@ -79,8 +79,8 @@ const MIN_ROWS: i64 = 8;
 pub(super) fn applies(p: &Problem) -> bool {
     let fixed = |shape: &[i64]| shape.iter().all(|&d| !dims::is_symbolic(d));
     let floats = [DType::Float32, DType::Bfloat16, DType::Float16];
-    let at = Sizes::of(p.sizes);
-    p.sizes.iter().all(|&d| !dims::is_symbolic(d) && d > 0)
+    let at = p.at;
+    at.all().iter().all(|&d| !dims::is_symbolic(d) && d > 0)
         && floats.contains(&p.q.dtype)
         && floats.contains(&p.dtype)
         && p.mask.as_ref().is_none_or(|m| fixed(&m.shape))
@@ -162,7 +162,7 @@ pub(super) fn forward<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     p: &Problem<'c, 'a>,
 ) -> Result<(Value<'c, 'a>, Value<'c, 'a>)> {
-    let at = Sizes::of(p.sizes);
+    let at = p.at;
     let mask = match &p.mask {
         Some(m) => Some(rank4(ctx, m)?),
         None => None,
@@ -517,6 +517,50 @@ impl<'c, 'b> K<'_, 'c, 'b> {
         self.e.op1("vector.broadcast", &[x], ty, &[])
     }
 
+    /// A register tile (`rows` rows of two vectors, row by row) after `steps` rank-one
+    /// updates: step `i` takes the right operand's two vectors and a scalar of the left operand
+    /// per row from `operands(k, i)`, and adds each scalar times the two vectors to its row.
+    fn rank_one_updates<F>(
+        &self,
+        steps: i64,
+        tile: &[Value<'c, 'b>],
+        operands: F,
+    ) -> Result<Vec<Value<'c, 'b>>>
+    where
+        F: for<'d> Fn(&K<'_, 'c, 'd>, Value<'c, 'd>) -> Result<RankOne<'c, 'd>>,
+    {
+        self.upto(steps, 1, tile, |k, step, tile| {
+            let RankOne { right, left } = operands(k, step)?;
+            let mut next = Vec::with_capacity(tile.len());
+            for (r, &scalar) in left.iter().enumerate() {
+                let scalar = k.splat(scalar)?;
+                for (half, &vector) in right.iter().enumerate() {
+                    next.push(k.fma(scalar, vector, nth(tile, 2 * r + half)?)?);
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    /// The vectors of a register tile, row `r` and half `h` of it at row `row + r` and column
+    /// `col + h · lanes` of `dest`, each passed through `each(r, h, vector)` first.
+    fn write_tile(
+        &self,
+        tile: &[Value<'c, 'b>],
+        dest: Value<'c, 'b>,
+        (row, col): (Value<'c, 'b>, Value<'c, 'b>),
+        mut each: impl FnMut(i64, i64, Value<'c, 'b>) -> Result<Value<'c, 'b>>,
+    ) -> Result<Value<'c, 'b>> {
+        let mut dest = dest;
+        for (at, &vector) in tile.iter().enumerate() {
+            let (r, half) = (at as i64 / 2, at as i64 % 2);
+            let vector = each(r, half, vector)?;
+            let indices = [self.add_n(row, r)?, self.add_n(col, half * self.lanes)?];
+            dest = self.write(vector, dest, &indices)?;
+        }
+        Ok(dest)
+    }
+
     /// Lanes where vector `a` is above `b` (unsigned indices).
     fn above(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
         let ugt = self.e.attr("8 : i64")?;
@@ -625,6 +669,13 @@ impl<'c, 'b> K<'_, 'c, 'b> {
     {
         self.each(self.index(upper)?, step, inits, body)
     }
+}
+
+/// The operands of one rank-one update of a register tile: the right operand's two vectors and
+/// the left operand's scalar for each row.
+struct RankOne<'c, 'b> {
+    right: [Value<'c, 'b>; 2],
+    left: Vec<Value<'c, 'b>>,
 }
 
 fn reused<'c, 'b>(values: &[Value<'c, '_>]) -> Vec<Value<'c, 'b>> {
@@ -739,39 +790,24 @@ fn block_scores<'c, 'b>(
             let zero = k.splat(k.f32(0.0)?)?;
             let first = k.add(site.q0, row)?;
             let col_outer = col;
-            let accs = k.upto(plan.at.e, 1, &vec![zero; 2 * mr as usize], |k, d, acc| {
+            let accs = k.rank_one_updates(plan.at.e, &vec![zero; 2 * mr as usize], |k, d| {
                 let (site, x, kb, col) = (site.reused(), x.reused(), reuse(kb), reuse(col_outer));
                 let first = reuse(first);
-                let k0 = k.read(x.k, &[site.bh_kv, kb, d, col], f32)?;
-                let k1 = k.read(x.k, &[site.bh_kv, kb, d, k.add_n(col, lanes)?], f32)?;
-                let mut next = Vec::with_capacity(acc.len());
-                for r in 0..mr {
-                    let query = k.at(x.q, &[site.bh, k.add_n(first, r)?, d], f32)?;
-                    let query = k.splat(query)?;
-                    next.push(k.fma(query, k0, nth(acc, 2 * r as usize)?)?);
-                    next.push(k.fma(query, k1, nth(acc, 2 * r as usize + 1)?)?);
-                }
-                Ok(next)
+                let right = [
+                    k.read(x.k, &[site.bh_kv, kb, d, col], f32)?,
+                    k.read(x.k, &[site.bh_kv, kb, d, k.add_n(col, lanes)?], f32)?,
+                ];
+                let left = (0..mr)
+                    .map(|r| k.at(x.q, &[site.bh, k.add_n(first, r)?, d], f32))
+                    .collect::<Result<_>>()?;
+                Ok(RankOne { right, left })
             })?;
             let j0 = k.mul_n(kb, plan.bc)?;
-            let mut scores = nth(c, 0)?;
-            for r in 0..mr {
+            let scores = k.write_tile(&accs, nth(c, 0)?, (row, col), |r, half, s| {
                 let i = k.add_n(first, r)?;
-                for half in 0..2 {
-                    let local = k.add_n(col, half * lanes)?;
-                    let j = k.add(j0, local)?;
-                    let s = masked(
-                        k,
-                        plan,
-                        &x,
-                        &site,
-                        nth(&accs, (2 * r + half) as usize)?,
-                        i,
-                        j,
-                    )?;
-                    scores = k.write(s, scores, &[k.add_n(row, r)?, local])?;
-                }
-            }
+                let j = k.add(j0, k.add_n(col, half * lanes)?)?;
+                masked(k, plan, &x, &site, s, i, j)
+            })?;
             Ok(vec![scores])
         })
     })?;
@@ -926,28 +962,21 @@ fn attend<'c, 'b>(
                 }
             }
             let row_outer = row;
-            let tile = k.upto(plan.bc, 1, &tile, |k, j, t| {
+            let tile = k.rank_one_updates(plan.bc, &tile, |k, j| {
                 let (site, x) = (site.reused(), x.reused());
                 let (j0, scores, col, row) =
                     (reuse(j0), reuse(scores), reuse(col), reuse(row_outer));
                 let key = k.add(j0, j)?;
-                let v0 = k.read(x.v, &[site.bh_kv, key, col], f32)?;
-                let v1 = k.read(x.v, &[site.bh_kv, key, k.add_n(col, lanes)?], f32)?;
-                let mut next = Vec::with_capacity(t.len());
-                for r in 0..mr {
-                    let p = k.splat(k.at(scores, &[k.add_n(row, r)?, j], f32)?)?;
-                    next.push(k.fma(p, v0, nth(t, 2 * r as usize)?)?);
-                    next.push(k.fma(p, v1, nth(t, 2 * r as usize + 1)?)?);
-                }
-                Ok(next)
+                let right = [
+                    k.read(x.v, &[site.bh_kv, key, col], f32)?,
+                    k.read(x.v, &[site.bh_kv, key, k.add_n(col, lanes)?], f32)?,
+                ];
+                let left = (0..mr)
+                    .map(|r| k.at(scores, &[k.add_n(row, r)?, j], f32))
+                    .collect::<Result<_>>()?;
+                Ok(RankOne { right, left })
             })?;
-            let mut acc = acc;
-            for r in 0..mr {
-                for half in 0..2 {
-                    let at = [k.add_n(row, r)?, k.add_n(col, half * lanes)?];
-                    acc = k.write(nth(&tile, (2 * r + half) as usize)?, acc, &at)?;
-                }
-            }
+            let acc = k.write_tile(&tile, acc, (row, col), |_, _, v| Ok(v))?;
             Ok(vec![acc])
         })
     })?;
