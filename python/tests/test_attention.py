@@ -1,10 +1,11 @@
 """The fused attention forward (``src/lower/flash.rs``): scaled dot-product attention over fixed
 sizes in f32, bf16 and f16 (at least 8 query rows and 8,192 scores per head) is one kernel of
-query blocks walking key blocks with an online softmax. Sizes here cross the blocks (rows, keys and head sizes that no tile divides), with
-masks of every broadcast shape, causality with more or fewer queries than keys, grouped-query
-attention and training (the backward reads the fused forward's logsumexp), against eager, on
-the host's vectors and on AVX2's. Each compile is strict (nothing falls back to eager) and its
-dump must show the fused kernel, not the unfused products."""
+query blocks walking key blocks with an online softmax. Sizes here cross the blocks (rows, keys
+and head sizes that no tile divides), with masks of every broadcast shape, causality with more
+or fewer queries than keys, grouped-query attention, strided operands and training (the
+backward reads the fused forward's logsumexp), against eager, on the host's vectors and on
+AVX2's. Each compile is strict (nothing falls back to eager) and its dump must show the fused
+kernel, not the unfused products."""
 
 import math
 import pathlib
@@ -185,3 +186,22 @@ def test_training_step_reads_the_fused_logsumexp(causal, tmp_path):
     torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-5)
     for got, want in zip(leaves, eager):
         torch.testing.assert_close(got.grad, want.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_strided_operands_and_an_expanded_mask(tmp_path):
+    """Operands as a model makes them: heads split off a projection by a view and a transpose
+    (non-contiguous), and a padding mask expanded over the heads and rows (stride 0)."""
+    b, rows, heads, e = 2, 96, 4, 32
+    x = _inputs([(b, rows, 3 * heads * e)], torch.float32)[0]
+    keys = torch.zeros(b, rows)
+    keys[1, 80:] = -math.inf
+
+    def fn(x, keys):
+        q, k, v = x.view(b, rows, 3, heads, e).permute(2, 0, 3, 1, 4)
+        mask = keys[:, None, None, :].expand(b, heads, rows, rows)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, rows, heads * e)
+
+    actual = _compile(fn, [x, keys], tmp_path, "host")
+    _assert_fused(tmp_path)
+    torch.testing.assert_close(actual, fn(x, keys), atol=2e-5, rtol=2e-5)
