@@ -15,7 +15,8 @@ use std::sync::{Once, OnceLock};
 
 /// Dialects loaded up front so that generically built operations resolve, and so that the
 /// `llvm` stage's `convert-to-llvm` finds every dialect it is told to convert (`omp` among
-/// them) even in a module that has none of its ops.
+/// them) even in a module that has none of its ops. `x86vector`: the attention kernel's bf16
+/// dot products (`src/lower/flash.rs`).
 const DIALECTS: &[&str] = &[
     "func",
     "arith",
@@ -31,6 +32,7 @@ const DIALECTS: &[&str] = &[
     "ub",
     "affine",
     "vector",
+    "x86vector",
     "omp",
 ];
 

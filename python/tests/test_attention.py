@@ -88,7 +88,8 @@ def _assert_fused(tmp_path, backward=False):
     """The lowered module has the fused kernel's loop and, without a backward (whose products
     stay batched), no batched product."""
     lowered = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir"))
-    assert "scf.forall" in lowered and "vector.fma" in lowered, lowered[:2000]
+    products = ("vector.fma" in lowered) or ("x86vector.avx512.dot" in lowered)
+    assert "scf.forall" in lowered and products, lowered[:2000]
     assert backward or "linalg.batch_matmul" not in lowered
 
 
@@ -205,3 +206,28 @@ def test_strided_operands_and_an_expanded_mask(tmp_path):
     actual = _compile(fn, [x, keys], tmp_path, "host")
     _assert_fused(tmp_path)
     torch.testing.assert_close(actual, fn(x, keys), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.skipif(
+    not fxmlir._fxmlir.target_info("host")["bf16_dot"],
+    reason="the bf16 pair products need AVX512-BF16 to run; lit-tests/lower/attention.json checks "
+    "their IR on every host",
+)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bf16_runs_on_pair_products(causal, tmp_path):
+    """On AVX512-BF16, bf16 attention multiplies bf16 pairs (``vdpbf16ps``) and rounds the
+    probabilities to bf16, as eager does: its error against an f32 reference is eager's own."""
+    shapes = [(1, 4, 100, 64), (1, 4, 150, 64), (1, 4, 150, 64)]
+    q, k, v = _inputs(shapes, torch.float32)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    halves = [t.bfloat16() for t in (q, k, v)]
+    actual = _compile(fn, halves, tmp_path, "host")
+    lowered = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir"))
+    assert "x86vector.avx512.dot" in lowered and "vector.fma" not in lowered
+    reference = fn(q, k, v)
+    eager_error = (fn(*halves).float() - reference).abs().max().item()
+    error = (actual.float() - reference).abs().max().item()
+    assert error <= 1.5 * eager_error + 1e-3, (error, eager_error)

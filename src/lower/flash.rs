@@ -13,11 +13,14 @@
 //! blocked as `[B·Hkv, S/Bc, E, Bc]` f32 (a key block's rows are contiguous vectors of keys),
 //! the values as `[B·Hkv, Sp, Evp]` f32; padded rows, keys and columns are zeros, padded keys
 //! hidden like causally masked ones. Half-precision operands are widened there; everything
-//! accumulates in f32. Sizes that need no padding and f32 operands are read as they come.
+//! accumulates in f32. Sizes that need no padding and f32 operands are read as they come. On a
+//! target with AVX512-BF16, bf16 operands stay bf16 and the products take pairs of them
+//! (`vdpbf16ps`): keys packed as `[B·Hkv, S/Bc, Ep/2, 2·Bc]`, values as `[B·Hkv, Sp/2, 2·Evp]`,
+//! the exponentials rounded to bf16 for `p v` as PyTorch's kernel rounds them.
 
 use super::loops::{for_loop, forall, nth, reuse};
 use super::products::pad_to_multiple;
-use super::{Emit, Iter, LowerCtx, Scalar, Tensor, emit};
+use super::{Emit, Iter, LowerCtx, Scalar, Tensor, emit, layout};
 use crate::error::Result;
 use crate::graph::{DType, dims};
 use crate::target::Target;
@@ -103,6 +106,10 @@ struct Plan {
     causal: bool,
     /// The mask's shape as rank 4, when there is one.
     mask: Option<[i64; 4]>,
+    /// bf16 operands multiplied as pairs by AVX512-BF16's dot product (`vdpbf16ps`: two
+    /// products a lane, twice an FMA's), the probabilities rounded to bf16 for `p v` as
+    /// PyTorch's kernel rounds them; the scale applies to the f32 scores.
+    pairs: Option<f64>,
 }
 
 fn round_up(x: i64, multiple: i64) -> i64 {
@@ -110,7 +117,11 @@ fn round_up(x: i64, multiple: i64) -> i64 {
 }
 
 impl Plan {
-    fn new(at: Sizes, causal: bool, mask: Option<[i64; 4]>, target: &Target) -> Plan {
+    fn new(p: &Problem, mask: Option<[i64; 4]>, target: &Target) -> Plan {
+        let at = p.at;
+        let bf16 = [&p.q, &p.k, &p.v]
+            .iter()
+            .all(|t| t.dtype == DType::Bfloat16);
         let lanes = (target.vector_bytes() / 4).max(4);
         // As the products' schedule: accumulators take half the registers.
         let mr = (target.registers() / 4).clamp(1, 8);
@@ -135,8 +146,9 @@ impl Plan {
             lp: round_up(at.l, br),
             sp: round_up(at.s, bc),
             evp: round_up(at.ev, nr),
-            causal,
+            causal: p.causal,
             mask,
+            pairs: (bf16 && target.bf16_dot()).then_some(p.scale),
         }
     }
 
@@ -155,6 +167,14 @@ impl Plan {
     fn ratio(&self) -> i64 {
         self.at.heads / self.at.kv_heads
     }
+
+    /// The query and key head size the loop steps over: in pairs, rounded up to whole pairs.
+    fn ep(&self) -> i64 {
+        match self.pairs {
+            Some(_) => round_up(self.at.e, 2),
+            None => self.at.e,
+        }
+    }
 }
 
 /// `(output [B, H, L, Ev], logsumexp [B, H, L])` of `p` (see [`applies`]).
@@ -167,24 +187,26 @@ pub(super) fn forward<'c, 'a>(
         Some(m) => Some(rank4(ctx, m)?),
         None => None,
     };
-    let plan = Plan::new(
-        at,
-        p.causal,
-        mask.as_ref().map(|m| shape4(&m.shape)),
-        ctx.target,
-    );
+    let plan = Plan::new(p, mask.as_ref().map(|m| shape4(&m.shape)), ctx.target);
     let bh = at.batch * at.heads;
     let bh_kv = at.batch * at.kv_heads;
     let f32 = DType::Float32;
 
     let q = ctx.reshape(&p.q, &[bh, at.l, at.e])?;
-    let q = widen(ctx, &pad_to_multiple(ctx, &q, 1, plan.br)?)?;
+    let q = pad_to_multiple(ctx, &pad_to_multiple(ctx, &q, 1, plan.br)?, 2, plan.ep())?;
     let k = ctx.reshape(&p.k, &[bh_kv, at.s, at.e])?;
-    let k = pad_to_multiple(ctx, &k, 1, plan.bc)?;
-    let k = packed_keys(ctx, &k, &plan, p.scale)?;
+    let k = pad_to_multiple(ctx, &pad_to_multiple(ctx, &k, 1, plan.bc)?, 2, plan.ep())?;
     let v = ctx.reshape(&p.v, &[bh_kv, at.s, at.ev])?;
     let v = pad_to_multiple(ctx, &v, 1, plan.bc)?;
-    let v = widen(ctx, &pad_to_multiple(ctx, &v, 2, plan.nr())?)?;
+    let v = pad_to_multiple(ctx, &v, 2, plan.nr())?;
+    let (q, k, v) = match plan.pairs {
+        Some(_) => (q, key_pairs(ctx, &k, &plan)?, value_pairs(ctx, &v)?),
+        None => (
+            widen(ctx, &q)?,
+            packed_keys(ctx, &k, &plan, p.scale)?,
+            widen(ctx, &v)?,
+        ),
+    };
     let mask = match mask {
         Some(m) if m.shape[3] != 1 => Some(pad_to_multiple(ctx, &m, 3, plan.bc)?),
         other => other,
@@ -319,6 +341,37 @@ fn packed_keys<'c, 'a>(
     })
 }
 
+/// Keys `[B·Hkv, Sp, Ep]` bf16 as pairs `[B·Hkv, Sp/Bc, Ep/2, 2·Bc]`: each row of a key block
+/// holds, key by key, the key's two elements of one pair of the head size.
+fn key_pairs<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    k: &Tensor<'c, 'a>,
+    plan: &Plan,
+) -> Result<Tensor<'c, 'a>> {
+    let (bh_kv, half) = (k.shape[0], k.shape[2] / 2);
+    let blocks = plan.key_blocks();
+    let split = ctx.reshape(k, &[bh_kv, blocks, plan.bc, half, 2])?;
+    let moved = Tensor {
+        value: layout::permute(ctx, &split, &[0, 1, 3, 2, 4])?,
+        shape: vec![bh_kv, blocks, half, plan.bc, 2],
+        dtype: k.dtype,
+    };
+    ctx.reshape(&moved, &[bh_kv, blocks, half, 2 * plan.bc])
+}
+
+/// Values `[B·Hkv, Sp, Evp]` bf16 as pairs `[B·Hkv, Sp/2, 2·Evp]`: each row holds, column by
+/// column, the column's values of two consecutive keys.
+fn value_pairs<'c, 'a>(ctx: &LowerCtx<'c, 'a>, v: &Tensor<'c, 'a>) -> Result<Tensor<'c, 'a>> {
+    let (bh_kv, keys, columns) = (v.shape[0], v.shape[1], v.shape[2]);
+    let split = ctx.reshape(v, &[bh_kv, keys / 2, 2, columns])?;
+    let moved = Tensor {
+        value: layout::permute(ctx, &split, &[0, 1, 3, 2])?,
+        shape: vec![bh_kv, keys / 2, columns, 2],
+        dtype: v.dtype,
+    };
+    ctx.reshape(&moved, &[bh_kv, keys / 2, 2 * columns])
+}
+
 /// `t` of `shape` cut to `to` from its origin (nothing when they are the same).
 fn sliced<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
@@ -424,12 +477,12 @@ impl<'c, 'b> K<'_, 'c, 'b> {
             .ty(&format!("vector<{}x{}>", self.lanes, dtype.mlir()))
     }
 
-    /// A whole vector of `source` (of `dtype`) at `indices`, along its last dimension.
-    fn read(
+    /// `n` elements of `source` (of `dtype`) from `indices`, along its last dimension.
+    fn load(
         &self,
         source: Value<'c, 'b>,
         indices: &[Value<'c, 'b>],
-        dtype: DType,
+        (n, dtype): (i64, DType),
     ) -> Result<Value<'c, 'b>> {
         let rank = indices.len();
         let mut operands = vec![source];
@@ -444,12 +497,18 @@ impl<'c, 'b> K<'_, 'c, 'b> {
                 self.e.attr(&format!("array<i32: 1, {rank}, 1, 0>"))?,
             ),
         ];
-        let read = self.e.op1(
-            "vector.transfer_read",
-            &operands,
-            self.vector_type(dtype)?,
-            &attrs,
-        )?;
+        let ty = self.e.ty(&format!("vector<{n}x{}>", dtype.mlir()))?;
+        self.e.op1("vector.transfer_read", &operands, ty, &attrs)
+    }
+
+    /// A whole vector of `source` (of `dtype`) at `indices`, along its last dimension, in f32.
+    fn read(
+        &self,
+        source: Value<'c, 'b>,
+        indices: &[Value<'c, 'b>],
+        dtype: DType,
+    ) -> Result<Value<'c, 'b>> {
+        let read = self.load(source, indices, (self.lanes, dtype))?;
         if dtype == DType::Float32 {
             return Ok(read);
         }
@@ -459,6 +518,28 @@ impl<'c, 'b> K<'_, 'c, 'b> {
             self.vector_type(DType::Float32)?,
             &[],
         )
+    }
+
+    /// The bf16 pair of `source` at `indices` in every lane: `vector<2·lanes x bf16>`.
+    fn pair(&self, source: Value<'c, 'b>, indices: &[Value<'c, 'b>]) -> Result<Value<'c, 'b>> {
+        let pair = self.load(source, indices, (2, DType::Bfloat16))?;
+        let word = self
+            .e
+            .op1("vector.bitcast", &[pair], self.e.ty("vector<1xi32>")?, &[])?;
+        let word = self.e.op1(
+            "vector.extract",
+            &[word],
+            self.e.ty("i32")?,
+            &[("static_position", self.e.attr("array<i64: 0>")?)],
+        )?;
+        let words = self.splat(word)?;
+        let ty = self.e.ty(&format!("vector<{}xbf16>", 2 * self.lanes))?;
+        self.e.op1("vector.bitcast", &[words], ty, &[])
+    }
+
+    /// `2·lanes` bf16 of `source` from `indices` (`lanes` pairs).
+    fn pairs(&self, source: Value<'c, 'b>, indices: &[Value<'c, 'b>]) -> Result<Value<'c, 'b>> {
+        self.load(source, indices, (2 * self.lanes, DType::Bfloat16))
     }
 
     /// `dest` with `vector` written at `indices`, along its last dimension.
@@ -520,9 +601,11 @@ impl<'c, 'b> K<'_, 'c, 'b> {
     /// A register tile (`rows` rows of two vectors, row by row) after `steps` rank-one
     /// updates: step `i` takes the right operand's two vectors and a scalar of the left operand
     /// per row from `operands(k, i)`, and adds each scalar times the two vectors to its row.
+    /// With `pairs`, each step is two: the vectors hold bf16 pairs and each row's left operand
+    /// is a pair in every lane ([`K::pair`]), multiplied by `vdpbf16ps`.
     fn rank_one_updates<F>(
         &self,
-        steps: i64,
+        (steps, pairs): (i64, bool),
         tile: &[Value<'c, 'b>],
         operands: F,
     ) -> Result<Vec<Value<'c, 'b>>>
@@ -533,9 +616,14 @@ impl<'c, 'b> K<'_, 'c, 'b> {
             let RankOne { right, left } = operands(k, step)?;
             let mut next = Vec::with_capacity(tile.len());
             for (r, &scalar) in left.iter().enumerate() {
-                let scalar = k.splat(scalar)?;
+                let scalar = if pairs { scalar } else { k.splat(scalar)? };
                 for (half, &vector) in right.iter().enumerate() {
-                    next.push(k.fma(scalar, vector, nth(tile, 2 * r + half)?)?);
+                    let acc = nth(tile, 2 * r + half)?;
+                    next.push(if pairs {
+                        k.e.same("x86vector.avx512.dot", &[acc, scalar, vector])?
+                    } else {
+                        k.fma(scalar, vector, acc)?
+                    });
                 }
             }
             Ok(next)
@@ -743,6 +831,10 @@ fn block<'c, 'b>(
     let max = e.splat(&[br], f32, Scalar::Float(f64::NEG_INFINITY))?;
     let sum = e.splat(&[br, plan.lanes], f32, Scalar::Float(0.0))?;
     let alpha = e.empty(&[br], f32)?;
+    let mut state = vec![scores, acc, max, sum, alpha];
+    if plan.pairs.is_some() {
+        state.push(e.empty(&[br, bc], DType::Bfloat16)?);
+    }
     // Causal: the keys up to the block's last row.
     let blocks = if plan.causal {
         let last = k.add_n(q0, br - 1)?;
@@ -750,13 +842,18 @@ fn block<'c, 'b>(
     } else {
         k.index(plan.key_blocks())?
     };
-    let state = k.each(blocks, 1, &[scores, acc, max, sum, alpha], |k, kb, c| {
+    let state = k.each(blocks, 1, &state, |k, kb, c| {
         let site = site.reused();
         let x = x.reused();
         let scores = block_scores(k, plan, &x, &site, kb, nth(c, 0)?)?;
-        let [scores, max, sum, alpha] = online_softmax(k, plan, scores, &c[2..5])?;
-        let acc = attend(k, plan, &x, &site, kb, scores, nth(c, 1)?, alpha)?;
-        Ok(vec![scores, acc, max, sum, alpha])
+        let softmax = online_softmax(k, plan, scores, &c[2..])?;
+        // The products read the exponentials in f32, or their bf16 copy with pairs.
+        let (scores, alpha) = (nth(&softmax, 0)?, nth(&softmax, 3)?);
+        let probs = softmax.get(4).copied().unwrap_or(scores);
+        let acc = attend(k, plan, &x, &site, kb, probs, nth(c, 1)?, alpha)?;
+        let mut next = vec![scores, acc];
+        next.extend_from_slice(&softmax[1..]);
+        Ok(next)
     })?;
     let (tile, lse) = normalised(
         &k,
@@ -790,9 +887,24 @@ fn block_scores<'c, 'b>(
             let zero = k.splat(k.f32(0.0)?)?;
             let first = k.add(site.q0, row)?;
             let col_outer = col;
-            let accs = k.rank_one_updates(plan.at.e, &vec![zero; 2 * mr as usize], |k, d| {
+            let pairs = plan.pairs.is_some();
+            let steps = if pairs { plan.ep() / 2 } else { plan.at.e };
+            let zeros = vec![zero; 2 * mr as usize];
+            let accs = k.rank_one_updates((steps, pairs), &zeros, |k, d| {
                 let (site, x, kb, col) = (site.reused(), x.reused(), reuse(kb), reuse(col_outer));
                 let first = reuse(first);
+                if pairs {
+                    let col = k.mul_n(col, 2)?;
+                    let right = [
+                        k.pairs(x.k, &[site.bh_kv, kb, d, col])?,
+                        k.pairs(x.k, &[site.bh_kv, kb, d, k.add_n(col, 2 * lanes)?])?,
+                    ];
+                    let d = k.mul_n(d, 2)?;
+                    let left = (0..mr)
+                        .map(|r| k.pair(x.q, &[site.bh, k.add_n(first, r)?, d]))
+                        .collect::<Result<_>>()?;
+                    return Ok(RankOne { right, left });
+                }
                 let right = [
                     k.read(x.k, &[site.bh_kv, kb, d, col], f32)?,
                     k.read(x.k, &[site.bh_kv, kb, d, k.add_n(col, lanes)?], f32)?,
@@ -826,6 +938,9 @@ fn masked<'c, 'b>(
     j: Value<'c, 'b>,
 ) -> Result<Value<'c, 'b>> {
     let mut s = s;
+    if let Some(scale) = plan.pairs {
+        s = k.e.same("arith.mulf", &[s, k.splat(k.f32(scale)?)?])?;
+    }
     if let (Some([_, _, ml, ms]), Some((mask, dtype))) = (plan.mask, x.mask) {
         // Padded query rows read the last row's mask.
         let row = if ml == 1 {
@@ -868,12 +983,14 @@ fn masked<'c, 'b>(
 /// `exp(score - max)`, the sums rescaled by `alpha = exp(old max - new max)` plus the block's,
 /// and `alpha` for the accumulator. A row whose keys so far are all hidden keeps a maximum of
 /// -inf and is shifted by 0 instead, so its exponentials and its `alpha` are 0, never NaN.
+/// `stats` are the maxima, sums and `alpha`, and with pairs the exponentials' bf16 copy; the
+/// result is the scores and the `stats` after the block.
 fn online_softmax<'c, 'b>(
     k: &K<'_, 'c, 'b>,
     plan: &Plan,
     scores: Value<'c, 'b>,
     stats: &[Value<'c, 'b>],
-) -> Result<[Value<'c, 'b>; 4]> {
+) -> Result<Vec<Value<'c, 'b>>> {
     let f32 = DType::Float32;
     let lanes = plan.lanes;
     let chunks = plan.bc / lanes;
@@ -900,11 +1017,17 @@ fn online_softmax<'c, 'b>(
             k.e.same("math.exp", &[k.e.same("arith.subf", &[old, shift])?])?;
         let shift_vector = k.splat(shift)?;
         let mut scores = scores;
+        let mut probs = c.get(4).copied();
         let mut total = None;
         for (&x, &o) in xs.iter().zip(&offsets) {
             let p =
                 k.e.same("math.exp", &[k.e.same("arith.subf", &[x, shift_vector])?])?;
             scores = k.write(p, scores, &[r, o])?;
+            if let Some(copy) = probs {
+                let rounded =
+                    k.e.op1("arith.truncf", &[p], k.vector_type(DType::Bfloat16)?, &[])?;
+                probs = Some(k.write(rounded, copy, &[r, o])?);
+            }
             total = Some(match total {
                 Some(t) => k.e.same("arith.addf", &[t, p])?,
                 None => p,
@@ -916,18 +1039,21 @@ fn online_softmax<'c, 'b>(
             Some(t) => k.e.same("arith.addf", &[rescaled, t])?,
             None => rescaled,
         };
-        Ok(vec![
+        let mut next = vec![
             scores,
             k.put(new, max, &[r])?,
             k.write(new_sum, sum, &[r, k.index(0)?])?,
             k.put(rescale, alpha, &[r])?,
-        ])
+        ];
+        next.extend(probs);
+        Ok(next)
     })?;
-    Ok([nth(&out, 0)?, nth(&out, 1)?, nth(&out, 2)?, nth(&out, 3)?])
+    Ok(out)
 }
 
-/// The accumulator rescaled by each row's `alpha`, plus the key block's exponentials times its
-/// values: register tiles of `mr` rows and two vectors of value columns.
+/// The accumulator rescaled by each row's `alpha`, plus the key block's exponentials (`scores`,
+/// or with pairs their bf16 copy) times its values: register tiles of `mr` rows and two vectors
+/// of value columns.
 #[allow(clippy::too_many_arguments)]
 fn attend<'c, 'b>(
     k: &K<'_, 'c, 'b>,
@@ -962,10 +1088,26 @@ fn attend<'c, 'b>(
                 }
             }
             let row_outer = row;
-            let tile = k.rank_one_updates(plan.bc, &tile, |k, j| {
+            let pairs = plan.pairs.is_some();
+            let steps = if pairs { plan.bc / 2 } else { plan.bc };
+            let tile = k.rank_one_updates((steps, pairs), &tile, |k, j| {
                 let (site, x) = (site.reused(), x.reused());
                 let (j0, scores, col, row) =
                     (reuse(j0), reuse(scores), reuse(col), reuse(row_outer));
+                if pairs {
+                    // Keys 2j and 2j + 1 of the block: row j0 / 2 + j of the value pairs.
+                    let key = k.add(k.div_n(j0, 2)?, j)?;
+                    let col = k.mul_n(col, 2)?;
+                    let right = [
+                        k.pairs(x.v, &[site.bh_kv, key, col])?,
+                        k.pairs(x.v, &[site.bh_kv, key, k.add_n(col, 2 * lanes)?])?,
+                    ];
+                    let j = k.mul_n(j, 2)?;
+                    let left = (0..mr)
+                        .map(|r| k.pair(scores, &[k.add_n(row, r)?, j]))
+                        .collect::<Result<_>>()?;
+                    return Ok(RankOne { right, left });
+                }
                 let key = k.add(j0, j)?;
                 let right = [
                     k.read(x.v, &[site.bh_kv, key, col], f32)?,
