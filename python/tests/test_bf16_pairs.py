@@ -147,6 +147,20 @@ def test_packed_widths_are_padded(tmp_path, hidden, packed):
     assert "aten.constant_pad_nd.default" not in targets, targets
 
 
+@pytest.mark.parametrize("classes", [1000, 1024])
+def test_matrix_vector_classifiers_keep_whole_pair_tiles(tmp_path, classes, threads):
+    """A classifier at batch 1 streams its weight, cut in column chunks per thread. Pair tiles
+    are 16 columns wide, so a chunk must be too: 1,000 classes (1,008 packed) have no such
+    even cut and run on one thread, whose columns end in a 16-wide tile; 1,024 (1,056 packed)
+    cut in two 528s. Before, 1,008 was cut in two 504s, and the 8-column rest skipped the
+    schedule stage (the ``no_skipped_stage`` fixture catches it)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, classes).to(torch.bfloat16).eval()
+    targets, _, llvm = _run(model, torch.randn(1, 512, dtype=torch.bfloat16), tmp_path)
+    assert targets.count("fxmlir.mm_pairs.default") == 1, targets
+    assert "@llvm.x86.avx512bf16.dpbf16ps.512" in llvm
+
+
 @pytest.mark.parametrize(
     "a_shape, b_shape, dot",
     [

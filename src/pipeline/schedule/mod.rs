@@ -195,6 +195,14 @@ mod tests {
         let c = chunks(&problem(7, 4096, 1000, Element::F32), 2, t).unwrap();
         assert_eq!(c.sizes, vec![0, 500]);
         assert_eq!(chunks(&problem(1, 256, 687, Element::F32), 2, t), None);
+        // A pairs product's chunks are whole pair tiles: 1,024 columns in two 512s, but 1,008
+        // not in two 504s.
+        let c = chunks(&problem(1, 256, 1024, Element::Bf16Pairs), 2, t).unwrap();
+        assert_eq!(c.sizes, vec![0, 512]);
+        assert_eq!(
+            chunks(&problem(1, 256, 1008, Element::Bf16Pairs), 2, t),
+            None
+        );
     }
 
     #[test]

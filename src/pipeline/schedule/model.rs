@@ -3,7 +3,9 @@
 //! chunks. Pure arithmetic over shapes: no IR.
 
 use crate::target::Target;
-use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, MIN_PARALLEL_RIGHT_BYTES, largest_divisor_at_most};
+use crate::tuning::{
+    MIN_PARALLEL_PRODUCT_WORK, MIN_PARALLEL_RIGHT_BYTES, PAIR_LANES, largest_divisor_at_most,
+};
 
 /// Element types the schedule handles; all three operands must agree, but for half-precision
 /// operands accumulating in f32 (scheduled as `F32`) and `Bf16Pairs`.
@@ -338,8 +340,16 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     // A product that streams its right operand with too few rows to cut (a matrix-vector
     // product, bound by memory) takes equal column chunks of any width of a vector or more
     // (688 columns: 344 each, the tiles ending in narrower ones): each thread streams half.
-    let streaming =
-        columns(!p.dynamic_columns && streams && p.n % threads == 0 && p.n / threads >= lanes);
+    // A pairs product's tiles are whole `PAIR_LANES` columns, and so must its chunks be
+    // (1,008 columns are not cut in two 504s, whose rest would be 8 columns wide).
+    let granule = if p.element == Element::Bf16Pairs {
+        PAIR_LANES
+    } else {
+        1
+    };
+    let streaming = columns(
+        !p.dynamic_columns && streams && p.n % (threads * granule) == 0 && p.n / threads >= lanes,
+    );
     if p.dynamic_columns {
         return by_rows.flatten().or_else(by_column_threads);
     }
