@@ -133,7 +133,7 @@ fn lower_convolution<'c, 'a>(
     let x = if product { x } else { ctx.cast(&x, acc)? };
 
     // The correlation: padded input [batch, channels, padded…], weight [g, cout/g, cin/g, k…].
-    let (out_channels, out_spatial, padded, weight) = if !transposed {
+    let (out_channels, out_spatial, padded, weight, shifted) = if !transposed {
         let out_channels = w.shape[0];
         if in_per_group * groups != channels || out_channels % groups != 0 {
             return fail(format!(
@@ -141,12 +141,25 @@ fn lower_convolution<'c, 'a>(
                 x.shape, w.shape
             ));
         }
-        let (out_spatial, padded) =
-            windowed(ctx, &x, channels, &kernel, &stride, &padding, &dilation)?;
+        let sizes = output_sizes(&spatial, &kernel, &stride, &padding, &dilation)?;
+        let lanes = ctx.target.vector_bytes() / acc.byte_size() as i64 * ctx.target.threads as i64;
+        let shifted = (product && batch == 1 && groups == 1 && x.dtype == acc)
+            .then(|| shifts(channels, &kernel, &stride, &dilation, &sizes, lanes))
+            .flatten();
+        let (out_spatial, padded) = windowed(
+            ctx,
+            &x,
+            channels,
+            &kernel,
+            &stride,
+            &padding,
+            &dilation,
+            shifted.map_or(0, |s| s.extra_rows),
+        )?;
         let mut shape = vec![groups, out_channels / groups, in_per_group];
         shape.extend(&kernel);
         let weight = ctx.reshape(&w, &shape)?;
-        (out_channels, out_spatial, padded, weight)
+        (out_channels, out_spatial, padded, weight, shifted)
     } else {
         let in_channels = w.shape[0];
         if in_channels != channels || in_channels % groups != 0 {
@@ -219,7 +232,7 @@ fn lower_convolution<'c, 'a>(
             dtype: w.dtype,
         };
         // Transposed: stride 1 over the spread input.
-        (out_per_group * groups, out_spatial, padded, weight)
+        (out_per_group * groups, out_spatial, padded, weight, None)
     };
     let correlation_stride = if transposed {
         vec![1; nd]
@@ -252,7 +265,11 @@ fn lower_convolution<'c, 'a>(
         dilation: &dilation,
     };
     let (sum, read_sum) = if product {
-        let product = im2col_product(ctx, &geometry, &padded, &weight, acc)?;
+        let product = if let Some(shifted) = shifted {
+            shifted_products(ctx, &geometry, &padded, &weight, acc, shifted.columns)?
+        } else {
+            im2col_product(ctx, &geometry, &padded, &weight, acc)?
+        };
         // [cout, n, o…] read as [n, cout, o…].
         let mut read = dims([1, 0]);
         read.extend(dims(2..nd + 2));
@@ -347,7 +364,8 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     let (stride, padding, dilation) = window_params(ctx, node, 2, nd)?;
     let (out_channels, half) = (pairs.shape[0], pairs.shape[1]);
     let kernel = pairs.shape[2..nd + 2].to_vec();
-    let (out_spatial, padded) = windowed(ctx, &x, 2 * half, &kernel, &stride, &padding, &dilation)?;
+    let (out_spatial, padded) =
+        windowed(ctx, &x, 2 * half, &kernel, &stride, &padding, &dilation, 0)?;
     let batch = x.shape[0];
     let mut expected = vec![batch, out_channels];
     expected.extend(&out_spatial);
@@ -410,9 +428,36 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     )
 }
 
+/// The output size of a (non-transposed) correlation along each spatial dimension.
+fn output_sizes(
+    spatial: &[i64],
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+) -> Result<Vec<i64>> {
+    let mut out_spatial = Vec::with_capacity(kernel.len());
+    for i in 0..kernel.len() {
+        let reach = dilation[i] * (kernel[i] - 1);
+        let span = spatial[i] + 2 * padding[i] - reach - 1;
+        if span < 0 {
+            return fail(format!(
+                "input size {} (padded by {}) is smaller than the dilated kernel {}",
+                spatial[i],
+                padding[i],
+                reach + 1
+            ));
+        }
+        out_spatial.push(span / stride[i] + 1);
+    }
+    Ok(out_spatial)
+}
+
 /// The output size of a (non-transposed) correlation and the input it reads: `x` in a zero
 /// canvas of `channels` channels (at least `x`'s; the extra ones are zero), padded by `padding`
-/// and cut to the part the windows read, `[0, (o - 1) s + d (k - 1) + 1)`.
+/// and cut to the part the windows read, `[0, (o - 1) s + d (k - 1) + 1)`, with `extra_rows`
+/// zero rows more along the first spatial dimension.
+#[allow(clippy::too_many_arguments)]
 fn windowed<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
@@ -421,24 +466,13 @@ fn windowed<'c, 'a>(
     stride: &[i64],
     padding: &[i64],
     dilation: &[i64],
+    extra_rows: i64,
 ) -> Result<(Vec<i64>, Tensor<'c, 'a>)> {
     let nd = kernel.len();
-    let mut out_spatial = Vec::with_capacity(nd);
-    for i in 0..nd {
-        let reach = dilation[i] * (kernel[i] - 1);
-        let span = x.shape[2 + i] + 2 * padding[i] - reach - 1;
-        if span < 0 {
-            return fail(format!(
-                "input size {} (padded by {}) is smaller than the dilated kernel {}",
-                x.shape[2 + i],
-                padding[i],
-                reach + 1
-            ));
-        }
-        out_spatial.push(span / stride[i] + 1);
-    }
+    let out_spatial = output_sizes(&x.shape[2..], kernel, stride, padding, dilation)?;
     let mut canvas = vec![x.shape[0], channels];
     canvas.extend((0..nd).map(|i| extent(out_spatial[i], kernel[i], stride[i], dilation[i])));
+    canvas[2] += extra_rows;
     let mut offsets = vec![0, 0];
     offsets.extend(padding);
     let padded = place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
@@ -511,6 +545,190 @@ fn direct_correlation<'c, 'a>(
         shape: acc_shape,
         dtype: acc,
     })
+}
+
+/// How a convolution is [`shifted_products`]: the columns each tap's product computes (the
+/// output's rows as wide as the canvas, `o_0 W`, rounded up to whole vectors on every
+/// thread) and the zero rows the canvas needs beyond the windows for the last tap's slice.
+#[derive(Clone, Copy)]
+struct Shifted {
+    columns: i64,
+    extra_rows: i64,
+}
+
+/// Whether, and how, a stride-1 convolution of one image without groups is
+/// [`shifted_products`]: a kernel of several taps over at least [`SHIFTED_MIN_CHANNELS`]
+/// input channels, whose rows widen the output by at most [`SHIFTED_MAX_WIDENING`].
+/// `lanes`: the columns a thread's chunk is a multiple of (a vector on each thread, so that
+/// the products are cut across the threads by columns, each thread reading its half of the
+/// input, rather than by rows, each reading all of it).
+fn shifts(
+    channels: i64,
+    kernel: &[i64],
+    stride: &[i64],
+    dilation: &[i64],
+    out: &[i64],
+    lanes: i64,
+) -> Option<Shifted> {
+    let nd = kernel.len();
+    let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
+    let row: i64 = (1..nd).map(|i| out[i] + reach[i]).product();
+    let narrow: i64 = out[1..].iter().product();
+    let applies = stride.iter().all(|&s| s == 1)
+        && kernel.iter().product::<i64>() > 1
+        && channels >= SHIFTED_MIN_CHANNELS
+        && (row as f64) <= SHIFTED_MAX_WIDENING * narrow as f64;
+    if !applies {
+        return None;
+    }
+    let columns = out[0] * row + (-out[0] * row).rem_euclid(lanes);
+    // The last tap's shift in the flattened canvas (each dimension's stride its rows' length).
+    let mut stride_of = row;
+    let mut shift = 0;
+    for i in 0..nd {
+        shift += reach[i] * stride_of;
+        stride_of /= out.get(i + 1).map_or(1, |&o| o + reach[i + 1]);
+    }
+    let rows = (shift + columns + row - 1) / row;
+    Some(Shifted {
+        columns,
+        extra_rows: (rows - out[0] - reach[0]).max(0),
+    })
+}
+
+/// Input channels from which a convolution is [`shifted_products`]: each tap's product is
+/// `channels` deep, and shallower ones would run its register tiles from memory more than
+/// from registers (an im2col product is one product `channels x taps` deep).
+const SHIFTED_MIN_CHANNELS: i64 = 32;
+
+/// Most columns a [`shifted_products`] convolution computes per output column: each row of
+/// the output is computed as wide as the canvas and cut after, `(o + d (k - 1)) / o` (3 x 3 at
+/// 56 x 56: 58 / 56, at 14 x 14: 16 / 14; at 7 x 7, 9 / 7 is too many, and im2col is kept).
+const SHIFTED_MAX_WIDENING: f64 = 1.2;
+
+/// A stride-1 convolution of one image without groups as one product per kernel tap, each
+/// reading the padded input where it lies. With the canvas flattened to `[c, (h, w…)]` (row
+/// length `W`), output pixel `(y, x)` reads, at tap `(i, j)`, canvas column
+/// `(y + d i) W + x + d j`: column `y W + x` of the output, shifted by `d (i W + j)`. Computed
+/// over every canvas column of its first `o_0` rows (the columns from `x = o_1` on are
+/// computed and dropped), the tap's right operand is a plain slice `[c, o_0 W]` of the
+/// flattened canvas at its shift, its left operand the weight of the tap, and the taps'
+/// products accumulate into one sum `[cout, o_0 W]`. No patch matrix is gathered: DenseNet-121's
+/// 3 x 3 convolutions spent a third of their time writing and rereading theirs. The canvas
+/// has one zero row more than the windows read (see [`windowed`]), so that the last tap's
+/// slice stays inside it. The result is `[cout, 1, o…]`, as [`im2col_product`]'s.
+fn shifted_products<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    geo: &Geometry<'_>,
+    padded: &Tensor<'c, 'a>,
+    weight: &Tensor<'c, 'a>,
+    acc: DType,
+    columns: i64,
+) -> Result<Tensor<'c, 'a>> {
+    let nd = geo.kernel.len();
+    let channels = geo.in_per_group;
+    let canvas = &padded.shape[2..];
+    // Each spatial dimension's stride in the flattened canvas.
+    let mut strides = vec![1; nd];
+    for i in (0..nd - 1).rev() {
+        strides[i] = strides[i + 1] * canvas[i + 1];
+    }
+    let length: i64 = canvas.iter().product();
+    let flat = ctx.reshape(padded, &[channels, length])?;
+    // The weight tap by tap, [k…, cout, c] (hoisted with the weight when it is one).
+    let rank = nd + 2;
+    let mut per_tap = geo.kernel.to_vec();
+    per_tap.extend([geo.out_channels, channels]);
+    let mut read = dims([nd, nd + 1]);
+    read.extend(dims(0..nd));
+    let source = ctx.reshape(
+        weight,
+        &[&[geo.out_channels, channels][..], geo.kernel].concat(),
+    )?;
+    let init = ctx.e.empty(&per_tap, weight.dtype)?;
+    let value = ctx.e.generic(
+        &[(source.value, affine_map(rank, &read))],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |_, v| Ok(vec![v[0]]),
+    )?[0];
+    let per_tap = ctx.cast(
+        &Tensor {
+            value,
+            shape: per_tap,
+            dtype: weight.dtype,
+        },
+        acc,
+    )?;
+    let mut sum = ctx
+        .e
+        .splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
+    let taps: i64 = geo.kernel.iter().product();
+    for tap in 0..taps {
+        // The tap's position, last dimension fastest, and its shift in the canvas.
+        let mut rest = tap;
+        let mut position = vec![0; nd];
+        for i in (0..nd).rev() {
+            position[i] = rest % geo.kernel[i];
+            rest /= geo.kernel[i];
+        }
+        let shift: i64 = (0..nd)
+            .map(|i| position[i] * geo.dilation[i] * strides[i])
+            .sum();
+        let matrix = [geo.out_channels, channels];
+        let mut sizes = vec![1; nd];
+        sizes.extend(matrix);
+        let left = ctx.e.extract_slice(
+            per_tap.value,
+            &[position, vec![0, 0]].concat(),
+            &sizes,
+            &vec![1; rank],
+            &matrix,
+            acc,
+        )?;
+        let right = ctx.e.extract_slice(
+            flat.value,
+            &[0, shift],
+            &[channels, columns],
+            &[1, 1],
+            &[channels, columns],
+            acc,
+        )?;
+        sum = ctx
+            .e
+            .named_linalg("linalg.matmul", &[left, right], sum, &[])?;
+    }
+    let sum = Tensor {
+        value: sum,
+        shape: vec![geo.out_channels, columns],
+        dtype: acc,
+    };
+    let mut wide = vec![geo.out_channels, geo.out_spatial[0]];
+    wide.extend(&canvas[1..]);
+    let wide = ctx.reshape(
+        &first_entries(ctx, &sum, 1, geo.out_spatial[0] * strides[0])?,
+        &wide,
+    )?;
+    let mut narrow = vec![geo.out_channels];
+    narrow.extend(geo.out_spatial);
+    let value = ctx.e.extract_slice(
+        wide.value,
+        &vec![0; nd + 1],
+        &narrow,
+        &vec![1; nd + 1],
+        &narrow,
+        acc,
+    )?;
+    let mut shape = vec![geo.out_channels, 1];
+    shape.extend(geo.out_spatial);
+    ctx.reshape(
+        &Tensor {
+            value,
+            shape: narrow,
+            dtype: acc,
+        },
+        &shape,
+    )
 }
 
 /// Float convolution as a matrix product: the patches

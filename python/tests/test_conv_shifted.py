@@ -1,0 +1,127 @@
+"""Stride-1 convolutions of one image as shifted products (``shifted_products`` in
+``src/lower/conv.rs``): one ``linalg.matmul`` per kernel tap, each multiplying the tap's weight by
+a slice of the flattened padded input at the tap's shift, with no patch matrix gathered. The
+output rows are computed as wide as the canvas (rounded up to whole vectors on every thread)
+and cut after. Shapes here cross that: 1-D, 2-D and 3-D kernels, asymmetric kernels, dilations,
+paddings, widths no vector divides, with and without bias, in f32 and f64, on the host's
+vectors and AVX2's, against eager. Each compile is strict, and its dump must show one product
+per tap and no gather; the shapes the path leaves to im2col must show one product."""
+
+import pathlib
+import re
+
+import fxmlir
+import pytest
+import torch
+import torch.nn.functional as F
+
+# f32: sums of channels x taps products (a few hundred) in another order than eager's.
+TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10)}
+
+#: The vectors compiled for: the host's (AVX-512 where it has it) and AVX2's.
+TARGETS = ["host", "x86-64-v3"]
+
+CONV = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
+
+# name: (input shape, weight shape, padding, dilation)
+SHIFTED = {
+    # DenseNet's 3 x 3 layer: 58 canvas columns per 56 output columns.
+    "densenet_layer": ((1, 128, 56, 56), (32, 128, 3, 3), 1, 1),
+    # 14 x 14 (16 / 14 wide) with as many output channels as input ones.
+    "square": ((1, 64, 14, 14), (64, 64, 3, 3), 1, 1),
+    # An asymmetric kernel, padding and dilation; 23 columns, which no vector divides.
+    "asymmetric": ((1, 48, 20, 23), (40, 48, 3, 5), (1, 2), (2, 1)),
+    # A wide kernel: 49 taps.
+    "seven_by_seven": ((1, 32, 30, 40), (8, 32, 7, 7), 3, 1),
+    "no_padding": ((1, 40, 17, 50), (12, 40, 2, 3), 0, 1),
+    "conv1d": ((1, 64, 33), (16, 64, 5), 2, 2),
+    "conv3d": ((1, 32, 3, 12, 14), (4, 32, 2, 1, 2), (0, 0, 1), 1),
+}
+
+# Shapes that keep the im2col product: too few channels, a batch, a stride, rows widened too much
+# (7 x 7 outputs of a 3 x 3 kernel: 9 / 7), groups.
+IM2COL = {
+    "few_channels": ((1, 16, 20, 20), (8, 16, 3, 3), 1, 1, 1, 1),
+    "batch": ((2, 32, 20, 20), (8, 32, 3, 3), 1, 1, 1, 1),
+    "strided": ((1, 32, 20, 20), (8, 32, 3, 3), 1, 1, 2, 1),
+    "narrow_rows": ((1, 64, 7, 7), (32, 64, 3, 3), 1, 1, 1, 1),
+    "grouped": ((1, 64, 20, 20), (32, 32, 3, 3), 1, 1, 1, 2),
+}
+
+
+def _compile(fn, args, tmp_path, target):
+    torch._dynamo.reset()
+    with (
+        torch.no_grad(),
+        fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path), target=target),
+    ):
+        return torch.compile(fn, backend="fxmlir")(*args)
+
+
+def _lowered(tmp_path) -> str:
+    (text,) = [p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir")]
+    return text
+
+
+def _inputs(x_shape, w_shape, dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(x_shape, generator=gen, dtype=dtype)
+    w = torch.randn(w_shape, generator=gen, dtype=dtype) / (w_shape[1] * w_shape[2]) ** 0.5
+    b = torch.randn(w_shape[0], generator=gen, dtype=dtype)
+    return x, w, b
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("name", sorted(SHIFTED))
+def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
+    x_shape, w_shape, padding, dilation = SHIFTED[name]
+    x, w, b = _inputs(x_shape, w_shape, dtype)
+    conv = CONV[len(x_shape)]
+
+    def fn(x, w, b):
+        # The activation after the convolution reads only the output's columns, not the
+        # computed-and-dropped ones past each row.
+        return torch.relu(conv(x, w, b if bias else None, padding=padding, dilation=dilation))
+
+    actual = _compile(fn, (x, w, b), tmp_path, target)
+    lowered = _lowered(tmp_path)
+    taps = w[0, 0].numel()
+    assert len(re.findall(r"= linalg\.matmul", lowered)) == taps, lowered[:3000]
+    assert "linalg.generic" in lowered
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(actual, fn(x, w, b), atol=atol, rtol=rtol)
+
+
+def test_nonfinite_inputs_stay_in_their_windows(tmp_path):
+    """A NaN or an infinity reaches exactly the outputs whose windows hold it: the columns
+    computed past each row (which read the next row's start) are dropped, never mixed in."""
+    x, w, b = _inputs((1, 32, 12, 15), (8, 32, 3, 3), torch.float32)
+    x[0, 3, 4, 14] = float("nan")
+    x[0, 5, 7, 0] = float("inf")
+    x[0, 6, 11, 9] = -float("inf")
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1)
+
+    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    assert len(re.findall(r"= linalg\.matmul", _lowered(tmp_path))) == 9
+    expected = fn(x, w, b)
+    assert torch.equal(actual.isnan(), expected.isnan())
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(IM2COL))
+def test_other_convolutions_keep_one_product(name, tmp_path):
+    x_shape, w_shape, padding, dilation, stride, groups = IM2COL[name]
+    x, w, b = _inputs(x_shape, w_shape, torch.float32)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    lowered = _lowered(tmp_path)
+    products = re.findall(r"= linalg\.(?:batch_)?matmul", lowered)
+    assert len(products) == 1, lowered[:3000]
+    torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
