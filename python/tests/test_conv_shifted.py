@@ -4,7 +4,8 @@ a slice of the flattened padded input at the tap's shift, with no patch matrix g
 output rows are computed as wide as the canvas (rounded up to whole vectors on every thread)
 and cut after. Shapes here cross that: 1-D, 2-D and 3-D kernels, asymmetric kernels, dilations,
 paddings, widths no vector divides, with and without bias, in f32 and f64, on the host's
-vectors and AVX2's, against eager. Each compile is strict, and its dump must show one product
+vectors and AVX2's, against eager. On several threads each tap's product must be large
+enough to be cut across them, or the one im2col product is kept; the shapes here are. Each compile is strict, and its dump must show one product
 per tap and no gather; the shapes the path leaves to im2col must show one product."""
 
 import pathlib
@@ -27,15 +28,15 @@ CONV = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
 SHIFTED = {
     # DenseNet's 3 x 3 layer: 58 canvas columns per 56 output columns.
     "densenet_layer": ((1, 128, 56, 56), (32, 128, 3, 3), 1, 1),
-    # 14 x 14 (16 / 14 wide) with as many output channels as input ones.
-    "square": ((1, 64, 14, 14), (64, 64, 3, 3), 1, 1),
+    # 14 x 14 (16 / 14 wide).
+    "square": ((1, 64, 14, 14), (96, 64, 3, 3), 1, 1),
     # An asymmetric kernel, padding and dilation; 23 columns, which no vector divides.
-    "asymmetric": ((1, 48, 20, 23), (40, 48, 3, 5), (1, 2), (2, 1)),
+    "asymmetric": ((1, 48, 20, 23), (48, 48, 3, 5), (1, 2), (2, 1)),
     # A wide kernel: 49 taps.
-    "seven_by_seven": ((1, 32, 30, 40), (8, 32, 7, 7), 3, 1),
-    "no_padding": ((1, 40, 17, 50), (12, 40, 2, 3), 0, 1),
-    "conv1d": ((1, 64, 33), (16, 64, 5), 2, 2),
-    "conv3d": ((1, 32, 3, 12, 14), (4, 32, 2, 1, 2), (0, 0, 1), 1),
+    "seven_by_seven": ((1, 32, 30, 40), (32, 32, 7, 7), 3, 1),
+    "no_padding": ((1, 40, 17, 50), (40, 40, 2, 3), 0, 1),
+    "conv1d": ((1, 64, 300), (64, 64, 5), 2, 2),
+    "conv3d": ((1, 32, 3, 12, 14), (96, 32, 2, 1, 2), (0, 0, 1), 1),
 }
 
 # Shapes that keep the im2col product: too few channels, a batch, a stride, rows widened too much
@@ -97,10 +98,10 @@ def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
 def test_nonfinite_inputs_stay_in_their_windows(tmp_path):
     """A NaN or an infinity reaches exactly the outputs whose windows hold it: the columns
     computed past each row (which read the next row's start) are dropped, never mixed in."""
-    x, w, b = _inputs((1, 32, 12, 15), (8, 32, 3, 3), torch.float32)
-    x[0, 3, 4, 14] = float("nan")
+    x, w, b = _inputs((1, 64, 24, 30), (32, 64, 3, 3), torch.float32)
+    x[0, 3, 4, 29] = float("nan")
     x[0, 5, 7, 0] = float("inf")
-    x[0, 6, 11, 9] = -float("inf")
+    x[0, 6, 23, 9] = -float("inf")
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
@@ -124,4 +125,18 @@ def test_other_convolutions_keep_one_product(name, tmp_path):
     lowered = _lowered(tmp_path)
     products = re.findall(r"= linalg\.(?:batch_)?matmul", lowered)
     assert len(products) == 1, lowered[:3000]
+    torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
+
+
+def test_small_taps_are_shifted_on_one_thread_only(tmp_path, threads):
+    """8 x 32 x 224 per tap is too little to cut across threads: on two the one im2col
+    product (which is cut) is kept, on one thread the taps are shifted products."""
+    x, w, b = _inputs((1, 32, 12, 15), (8, 32, 3, 3), torch.float32)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1)
+
+    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    products = re.findall(r"= linalg\.matmul", _lowered(tmp_path))
+    assert len(products) == (9 if threads == 1 else 1)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)

@@ -12,7 +12,7 @@ use melior::{
         Attribute, Block, BlockLike, Identifier, Location, Operation, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
         attribute::StringAttribute,
-        operation::{OperationBuilder, OperationLike, OperationMutLike},
+        operation::{OperationBuilder, OperationLike, OperationMutLike, OperationResult},
         r#type::TypeLike,
     },
 };
@@ -580,6 +580,41 @@ impl<'c, 'a> Emit<'c, 'a> {
             self.tensor_type(shape, dtype)?,
             &[("operandSegmentSizes", segments)],
         )
+    }
+
+    /// A tensor of `shape` holding `value` everywhere in a buffer of its own: a `linalg.fill`
+    /// of a `bufferization.alloc_tensor` (CSE merges equal fills of `tensor.empty`s into one
+    /// value, and every tensor then written into it is written out of place, the fill copied
+    /// whole each time). Its ops go just before the op that defines `before` when that op is
+    /// in this block and computes it (not a graph input's `bufferization.to_tensor`): whatever
+    /// is written into the tensor afterwards from `before` (a convolution's canvas holding its
+    /// input) can then be computed there in place, as the fusion stage's empty-tensor
+    /// elimination only points a producer at a tensor defined before it.
+    pub fn filled_before(
+        &self,
+        shape: &[i64],
+        dtype: DType,
+        value: Scalar,
+        before: Value<'c, 'a>,
+    ) -> Result<Value<'c, 'a>> {
+        let fill = self.constant(value, dtype)?;
+        let buffer = self.alloc_tensor(shape, dtype)?;
+        let filled = self.named_linalg("linalg.fill", &[fill], buffer, &[])?;
+        let here = self.block.to_raw().ptr;
+        if let Ok(result) = OperationResult::try_from(before) {
+            let anchor = result.owner();
+            let computed = anchor.name().as_string_ref().as_str() != Ok("bufferization.to_tensor");
+            if computed && anchor.block().is_some_and(|b| b.to_raw().ptr == here) {
+                for v in [fill, buffer, filled] {
+                    let op = OperationResult::try_from(v).map_err(internal)?.owner();
+                    // SAFETY: both ops are live and in this block; moving one op before
+                    // another of its block keeps the IR valid, as its only operands
+                    // (`fill`, `buffer`) are moved before it in order.
+                    unsafe { mlir_sys::mlirOperationMoveBefore(op.to_raw(), anchor.to_raw()) };
+                }
+            }
+        }
+        Ok(filled)
     }
 
     /// A size as an `index` value: a constant, or for a symbolic size (see

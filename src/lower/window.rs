@@ -126,7 +126,8 @@ pub(super) fn place<'c, 'a>(
         first.push(lo);
         count.push((hi - lo).max(0));
     }
-    let canvas = ctx.e.splat(shape, x.dtype, fill)?;
+    // A canvas of its own, defined before `x`'s producer, which can then write there.
+    let canvas = ctx.e.filled_before(shape, x.dtype, fill, x.value)?;
     if count.contains(&0) {
         return Ok(result(canvas));
     }
