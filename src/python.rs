@@ -707,6 +707,48 @@ fn widened_product(dtype: &str, rows: i64, target: &str) -> PyResult<bool> {
         .is_some_and(|d| crate::lower::widened(&target, d, rows)))
 }
 
+/// Whether a convolution of an `input`-shaped tensor by a `weight`-shaped one (`stride`,
+/// `padding` and `dilation` one per spatial dimension, `groups`, not transposed) of `dtype` is
+/// one product per kernel tap on the target `spec` names with `threads` threads, reading its
+/// weight tap-major: `fxmlir.passes.taps` hands such a weight over so (and tap-major layouts:
+/// `tap_major_permutations`).
+#[pyfunction]
+#[pyo3(signature = (input, weight, stride, padding, dilation, groups, dtype, target = "host", threads = 1))]
+#[allow(clippy::too_many_arguments)]
+fn shifted_convolution(
+    input: Vec<i64>,
+    weight: Vec<i64>,
+    stride: Vec<i64>,
+    padding: Vec<i64>,
+    dilation: Vec<i64>,
+    groups: i64,
+    dtype: &str,
+    target: &str,
+    threads: usize,
+) -> PyResult<bool> {
+    let target = parse_target(target, threads)?;
+    Ok(crate::graph::DType::ALL
+        .into_iter()
+        .find(|d| d.name() == dtype)
+        .is_some_and(|d| {
+            crate::lower::shifted_convolution(
+                &target,
+                &input,
+                &weight,
+                (&stride, &padding, &dilation),
+                groups,
+                d,
+            )
+        }))
+}
+
+/// The permutations of a convolution weight `[cout, c, k…]` of `nd` spatial dimensions into
+/// its tap-major layout `[k…, cout, c]` and back.
+#[pyfunction]
+fn tap_major_permutations(nd: usize) -> (Vec<i64>, Vec<i64>) {
+    crate::lower::tap_major_permutations(nd)
+}
+
 /// The module of an interchange document after the stage `stage` (see `compile` for the other
 /// arguments): its text and its bytecode, for a plugin's executor.
 #[pyfunction]
@@ -787,6 +829,8 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor_type, m)?)?;
     m.add_function(wrap_pyfunction!(lower_to_stage, m)?)?;
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
+    m.add_function(wrap_pyfunction!(shifted_convolution, m)?)?;
+    m.add_function(wrap_pyfunction!(tap_major_permutations, m)?)?;
     m.add_function(wrap_pyfunction!(fma_peak, m)?)?;
     Ok(())
 }

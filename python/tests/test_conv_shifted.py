@@ -4,9 +4,10 @@ a slice of the flattened padded input at the tap's shift, with no patch matrix g
 output rows are computed as wide as the canvas (rounded up to whole vectors on every thread)
 and cut after. Shapes here cross that: 1-D, 2-D and 3-D kernels, asymmetric kernels, dilations,
 paddings, widths no vector divides, with and without bias, in f32 and f64, on the host's
-vectors and AVX2's, against eager. On several threads each tap's product must be large
-enough to be cut across them, or the one im2col product is kept; the shapes here are. Each compile is strict, and its dump must show one product
-per tap and no gather; the shapes the path leaves to im2col must show one product."""
+vectors and AVX2's, against eager. On several threads each tap's product must be large enough
+to be cut across them, or the one im2col product is kept; the shapes here are. Each compile is
+strict, and its dump must show one product per tap and no gather; the shapes the path leaves
+to im2col must show one product."""
 
 import pathlib
 import re
@@ -140,3 +141,29 @@ def test_small_taps_are_shifted_on_one_thread_only(tmp_path, threads):
     products = re.findall(r"= linalg\.matmul", _lowered(tmp_path))
     assert len(products) == (9 if threads == 1 else 1)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
+
+
+def test_module_weights_are_transposed_once(tmp_path):
+    """A module's weights reach the kernel tap-major (``fxmlir.passes.taps``), transposed once
+    outside it: the kernel's inputs hold the ``[3, 3, cout, c]`` copies, and no transposition
+    is left in it. An in-place update of a weight transposes it again."""
+    import json
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(64, 96, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(96, 64, 3, padding=1, bias=False),
+    ).eval()
+    x = torch.randn(1, 64, 20, 20)
+    with torch.no_grad(), fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path)):
+        compiled = torch.compile(model, backend="fxmlir")
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+        model[2].weight.mul_(-0.5)
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    shapes = [i["meta"]["shape"] for i in document["inputs"]]
+    assert [3, 3, 96, 64] in shapes and [3, 3, 64, 96] in shapes, shapes
+    (scheduled,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.mlir")]
+    assert not re.search(r"linalg\.generic.*outs\(%\S+ : tensor<3x3x", scheduled)
+    assert len(re.findall(r"x86vector|vector\.fma|vector\.contract", scheduled)) > 0

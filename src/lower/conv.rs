@@ -270,7 +270,9 @@ fn lower_convolution<'c, 'a>(
     };
     let (sum, read_sum) = if product {
         let product = if let Some(shifted) = shifted {
-            shifted_products(ctx, &geometry, &padded, &weight, acc, shifted.columns)?
+            let tap_major = tap_major_weight(ctx, node, nd)?;
+            let weight = (tap_major.as_ref(), &weight);
+            shifted_products(ctx, &geometry, &padded, weight, acc, shifted.columns)?
         } else {
             im2col_product(ctx, &geometry, &padded, &weight, acc)?
         };
@@ -609,6 +611,47 @@ fn shifts(
     })
 }
 
+/// Whether a float convolution (f32 or f64, the input's dtype the accumulator's) of an input
+/// of `input` shape by a weight of `weight` shape, not transposed, is [`shifted_products`] on
+/// `target`: what `fxmlir.passes.taps` asks before it hands such a convolution its weight
+/// tap-major (hoisted, so the kernel need not transpose it per call).
+pub fn shifted_convolution(
+    target: &Target,
+    input: &[i64],
+    weight: &[i64],
+    (stride, padding, dilation): (&[i64], &[i64], &[i64]),
+    groups: i64,
+    dtype: DType,
+) -> bool {
+    let nd = weight.len().saturating_sub(2);
+    let fits = |v: &[i64]| v.len() == nd;
+    if nd == 0 || input.len() != nd + 2 || !(fits(stride) && fits(padding) && fits(dilation)) {
+        return false;
+    }
+    let float = matches!(dtype, DType::Float32 | DType::Float64);
+    let Ok(out) = output_sizes(&input[2..], &weight[2..], stride, padding, dilation) else {
+        return false;
+    };
+    let (kernel, channels) = (&weight[2..], input[1]);
+    float
+        && input[0] == 1
+        && groups == 1
+        && weight[1] == channels
+        && shifts(
+            target, channels, weight[0], kernel, stride, dilation, &out, dtype,
+        )
+        .is_some()
+}
+
+/// The permutation of a weight `[cout, c, k…]` into its tap-major layout `[k…, cout, c]`, and
+/// the one back, `permute(permute(w, to), back) == w`.
+pub fn tap_major_permutations(nd: usize) -> (Vec<i64>, Vec<i64>) {
+    let nd = nd as i64;
+    let to = (2..nd + 2).chain([0, 1]).collect();
+    let back = [nd, nd + 1].into_iter().chain(0..nd).collect();
+    (to, back)
+}
+
 /// Input channels from which a convolution is [`shifted_products`]: each tap's product is
 /// `channels` deep, and shallower ones would run its register tiles from memory more than
 /// from registers (an im2col product is one product `channels x taps` deep).
@@ -634,7 +677,7 @@ fn shifted_products<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
     padded: &Tensor<'c, 'a>,
-    weight: &Tensor<'c, 'a>,
+    (tap_major, weight): (Option<&Tensor<'c, 'a>>, &Tensor<'c, 'a>),
     acc: DType,
     columns: i64,
 ) -> Result<Tensor<'c, 'a>> {
@@ -648,31 +691,35 @@ fn shifted_products<'c, 'a>(
     }
     let length: i64 = canvas.iter().product();
     let flat = ctx.reshape(padded, &[channels, length])?;
-    // The weight tap by tap, [k…, cout, c] (hoisted with the weight when it is one).
+    // The weight tap by tap, [k…, cout, c]: as `fxmlir.passes.taps` hands it over (hoisted),
+    // else transposed here.
     let rank = nd + 2;
-    let mut per_tap = geo.kernel.to_vec();
-    per_tap.extend([geo.out_channels, channels]);
-    let mut read = dims([nd, nd + 1]);
-    read.extend(dims(0..nd));
-    let source = ctx.reshape(
-        weight,
-        &[&[geo.out_channels, channels][..], geo.kernel].concat(),
-    )?;
-    let init = ctx.e.empty(&per_tap, weight.dtype)?;
-    let value = ctx.e.generic(
-        &[(source.value, affine_map(rank, &read))],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |_, v| Ok(vec![v[0]]),
-    )?[0];
-    let per_tap = ctx.cast(
-        &Tensor {
-            value,
-            shape: per_tap,
-            dtype: weight.dtype,
-        },
-        acc,
-    )?;
+    let per_tap = match tap_major {
+        Some(t) => t.clone(),
+        None => {
+            let mut shape = geo.kernel.to_vec();
+            shape.extend([geo.out_channels, channels]);
+            let mut read = dims([nd, nd + 1]);
+            read.extend(dims(0..nd));
+            let source = ctx.reshape(
+                weight,
+                &[&[geo.out_channels, channels][..], geo.kernel].concat(),
+            )?;
+            let init = ctx.e.empty(&shape, weight.dtype)?;
+            let value = ctx.e.generic(
+                &[(source.value, affine_map(rank, &read))],
+                &[(init, emit::identity_map(rank))],
+                &vec![Iter::Parallel; rank],
+                |_, v| Ok(vec![v[0]]),
+            )?[0];
+            Tensor {
+                value,
+                shape,
+                dtype: weight.dtype,
+            }
+        }
+    };
+    let per_tap = ctx.cast(&per_tap, acc)?;
     let mut sum = ctx
         .e
         .splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
@@ -742,6 +789,27 @@ fn shifted_products<'c, 'a>(
         },
         &shape,
     )
+}
+
+/// The weight of convolution `node` in its tap-major layout `[k…, cout, c]` when the graph
+/// hands it over so: as `permute(t, back)` of a tensor `t` of that layout (see
+/// [`tap_major_permutations`]; `fxmlir.passes.taps` writes it, `t` hoisted out of the kernel).
+fn tap_major_weight<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    node: &Node,
+    nd: usize,
+) -> Result<Option<Tensor<'c, 'a>>> {
+    let Some(permute) = ctx
+        .producer(node, 1)
+        .filter(|p| p.target == "aten.permute.default")
+    else {
+        return Ok(None);
+    };
+    let (_, back) = tap_major_permutations(nd);
+    if ctx.int_list(permute, 1)? != back {
+        return Ok(None);
+    }
+    Ok(Some(ctx.tensor(permute, 0)?))
 }
 
 /// Float convolution as a matrix product: the patches

@@ -29,6 +29,7 @@ mod window;
 use crate::error::{Check, Error, NodeSite, Result};
 use crate::graph::{Arg, DType, Graph, Node, Operand as DtypeOperand, TensorMeta, ValueRef};
 use crate::target::Target;
+pub use conv::{shifted_convolution, tap_major_permutations};
 pub use emit::{Emit, Iter, Scalar, fail, lowering_error};
 use melior::{
     Context,

@@ -23,7 +23,7 @@ from typing import Any
 import torch.fx
 
 from ..config import Config
-from . import bf16_pairs, hoist, skew, widen
+from . import bf16_pairs, hoist, skew, taps, widen
 
 
 def run(
@@ -52,7 +52,10 @@ def run(
        see the copy's rows (a 1024-column f16 weight has rows of 2 KiB, its f32 copy of 4).
     3. :func:`.skew.skew_weights`: a weight whose rows are a multiple of 4 KiB is read through
        longer rows, a view (kept in the kernel) of a padded copy.
-    4. :func:`.hoist.hoist`: what the graph computes from weights alone, the copies above
+    4. :func:`.taps.tap_major_weights`: a convolution computed as one product per kernel tap
+       reads its weight tap-major, a view (kept in the kernel) of a transposed copy. After
+       widening, whose f32 copy of a half-precision weight it transposes.
+    5. :func:`.hoist.hoist`: what the graph computes from weights alone, the copies above
        included, is computed once, outside the kernel.
     """
     if not config.hoist:
@@ -67,6 +70,8 @@ def run(
     if config.widen and widen.widen_weights(gm, split, target):
         split = hoist.Split(gm, static)
     if skew.skew_weights(gm, split):
+        split = hoist.Split(gm, static)
+    if taps.tap_major_weights(gm, split, target):
         split = hoist.Split(gm, static)
     # Without parameter or buffer inputs (a training graph, or one compiled outside
     # torch.compile: see hoist.static_inputs) nothing is hoisted, though the graph's own
