@@ -587,7 +587,7 @@ fn shifts(
     let row: i64 = (1..nd).map(|i| out[i] + reach[i]).product();
     let narrow: i64 = out[1..].iter().product();
     let threads = target.threads as i64;
-    let lanes = target.vector_bytes() / acc.byte_size() as i64 * threads;
+    let lanes = thread_columns(target, acc);
     let columns = out[0] * row + (-out[0] * row).rem_euclid(lanes);
     let applies = stride.iter().all(|&s| s == 1)
         && kernel.iter().product::<i64>() > 1
@@ -650,6 +650,26 @@ pub fn tap_major_permutations(nd: usize) -> (Vec<i64>, Vec<i64>) {
     let to = (2..nd + 2).chain([0, 1]).collect();
     let back = [nd, nd + 1].into_iter().chain(0..nd).collect();
     (to, back)
+}
+
+/// A vector of `acc` on each of the target's threads: the columns a product's thread chunks
+/// are whole vectors of, so that it can be cut across the threads by columns (each thread
+/// then packs and reads its share of the right operand; cut by rows, each packs all of it).
+fn thread_columns(target: &Target, acc: DType) -> i64 {
+    target.vector_bytes() / acc.byte_size() as i64 * target.threads as i64
+}
+
+/// The multiple an im2col patch matrix's columns are padded to: whole pair tiles
+/// ([`PAIR_LANES`], so that a narrow last tile is never left: ResNet's 49 columns at 7 x 7)
+/// and [`thread_columns`]. DenseNet-121's 196 columns at 14 x 14 padded to 208 were cut by
+/// rows, each thread packing the whole right operand; to 224, by columns.
+fn patch_columns(target: &Target, acc: DType) -> i64 {
+    let threads = thread_columns(target, acc);
+    let (mut a, mut b) = (PAIR_LANES, threads);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    PAIR_LANES / a * threads
 }
 
 /// Input channels from which a convolution is [`shifted_products`]: each tap's product is
@@ -842,7 +862,8 @@ fn im2col_product<'c, 'a>(
     let patches = if pointwise {
         // The input, materialized in the padded matrix: a producer the fusion stage can point
         // there (a concatenation's parts) writes there; any other is copied there, as before.
-        computed_padded(ctx, &[taps, columns], acc, (1, PAIR_LANES), || {
+        let multiple = patch_columns(ctx.target, acc);
+        computed_padded(ctx, &[taps, columns], acc, (1, multiple), || {
             Ok(padded.clone())
         })?
     } else {
@@ -905,9 +926,13 @@ fn gathered_patches<'c, 'a>(
     let taps: i64 = channels * geo.kernel.iter().product::<i64>();
     let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
     let matrix = [lead.to_vec(), vec![taps, columns]].concat();
-    computed_padded(ctx, &matrix, acc, (g + 1, PAIR_LANES), || {
-        gather(ctx, &input, &read, patch_shape, acc)
-    })
+    computed_padded(
+        ctx,
+        &matrix,
+        acc,
+        (g + 1, patch_columns(ctx.target, acc)),
+        || gather(ctx, &input, &read, patch_shape, acc),
+    )
 }
 
 /// The patches of `source`: one parallel generic over the loops of `shape`, each element read
