@@ -585,11 +585,7 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// A tensor of `shape` holding `value` everywhere in a buffer of its own: a `linalg.fill`
     /// of a `bufferization.alloc_tensor` (CSE merges equal fills of `tensor.empty`s into one
     /// value, and every tensor then written into it is written out of place, the fill copied
-    /// whole each time). Its ops go just before the op that defines `before` when that op is
-    /// in this block and computes it (not a graph input's `bufferization.to_tensor`): whatever
-    /// is written into the tensor afterwards from `before` (a convolution's canvas holding its
-    /// input) can then be computed there in place, as the fusion stage's empty-tensor
-    /// elimination only points a producer at a tensor defined before it.
+    /// whole each time), defined before `before` is computed ([`Emit::define_before`]).
     pub fn filled_before(
         &self,
         shape: &[i64],
@@ -600,21 +596,41 @@ impl<'c, 'a> Emit<'c, 'a> {
         let fill = self.constant(value, dtype)?;
         let buffer = self.alloc_tensor(shape, dtype)?;
         let filled = self.named_linalg("linalg.fill", &[fill], buffer, &[])?;
+        self.define_before(&[fill, buffer, filled], before)?;
+        Ok(filled)
+    }
+
+    /// Moves the ops defining `values` (in order, each using only the ones before it) to just
+    /// before the computation of `before` starts, when that is in this block and not a graph
+    /// input's `bufferization.to_tensor`: before the op defining it, or for a tensor assembled
+    /// by `tensor.insert_slice`s (a concatenation), before the op defining the tensor they
+    /// insert into. Whatever is written into the values afterwards from `before` (a
+    /// convolution's canvas or patch matrix holding its input) can then be computed there in
+    /// place: the fusion stage's empty-tensor elimination only points a producer at a tensor
+    /// defined before it, and the consumer's node lowers after the producer's.
+    pub fn define_before(&self, values: &[Value<'c, 'a>], before: Value<'c, 'a>) -> Result<()> {
         let here = self.block.to_raw().ptr;
-        if let Ok(result) = OperationResult::try_from(before) {
-            let anchor = result.owner();
-            let computed = anchor.name().as_string_ref().as_str() != Ok("bufferization.to_tensor");
-            if computed && anchor.block().is_some_and(|b| b.to_raw().ptr == here) {
-                for v in [fill, buffer, filled] {
-                    let op = OperationResult::try_from(v).map_err(internal)?.owner();
-                    // SAFETY: both ops are live and in this block; moving one op before
-                    // another of its block keeps the IR valid, as its only operands
-                    // (`fill`, `buffer`) are moved before it in order.
-                    unsafe { mlir_sys::mlirOperationMoveBefore(op.to_raw(), anchor.to_raw()) };
-                }
+        let mut anchor = match OperationResult::try_from(before) {
+            Ok(result) => result.owner(),
+            Err(_) => return Ok(()),
+        };
+        while anchor.name().as_string_ref().as_str() == Ok("tensor.insert_slice") {
+            match anchor.operand(1).ok().map(OperationResult::try_from) {
+                Some(Ok(into)) => anchor = into.owner(),
+                _ => break,
             }
         }
-        Ok(filled)
+        let computed = anchor.name().as_string_ref().as_str() != Ok("bufferization.to_tensor");
+        if !computed || !anchor.block().is_some_and(|b| b.to_raw().ptr == here) {
+            return Ok(());
+        }
+        for &v in values {
+            let op = OperationResult::try_from(v).map_err(internal)?.owner();
+            // SAFETY: both ops are live and in this block; each moved op's operands are
+            // moved before it (or defined earlier), so the IR stays valid.
+            unsafe { mlir_sys::mlirOperationMoveBefore(op.to_raw(), anchor.to_raw()) };
+        }
+        Ok(())
     }
 
     /// A size as an `index` value: a constant, or for a symbolic size (see

@@ -23,7 +23,7 @@ from typing import Any
 import torch.fx
 
 from ..config import Config
-from . import bf16_pairs, hoist, skew, taps, widen
+from . import bf16_pairs, hoist, parts, skew, taps, widen
 
 
 def run(
@@ -41,6 +41,10 @@ def run(
     Nothing is done unless ``config.hoist`` is on: each weight
     rewrite makes a weight-only value (a packed, widened or padded copy of a weight) that only
     the hoist keeps out of the kernel, which would otherwise make it on every call. The order:
+
+    0. :func:`.parts.split_normalizations`: a batch norm (and ReLU) of a concatenation runs
+       on each part, its parameters sliced, so that the concatenation is written once, by
+       the parts' normalisations. First: the rewrites below then see the parts' nodes.
 
     1. :func:`.bf16_pairs.pack_weights`: bf16 products and convolutions by a weight become
        products on the weight packed in pairs, where the target has AVX512-BF16's dot product.
@@ -64,6 +68,7 @@ def run(
     # nodes the analysis has not seen: copies of weights, which the next rewrite must know as
     # weights (skew pads a widened copy), and skew's views to keep in the kernel, which the
     # hoist must know. So the analysis is made again after a rewrite that changed something.
+    parts.split_normalizations(gm)
     split = hoist.Split(gm, static)
     if bf16_pairs.pack_weights(gm, split, target):
         split = hoist.Split(gm, static)
