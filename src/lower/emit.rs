@@ -621,7 +621,7 @@ impl<'c, 'a> Emit<'c, 'a> {
             }
         }
         let computed = anchor.name().as_string_ref().as_str() != Ok("bufferization.to_tensor");
-        if !computed || !anchor.block().is_some_and(|b| b.to_raw().ptr == here) {
+        if !(computed && anchor.block().is_some_and(|b| b.to_raw().ptr == here)) {
             return Ok(());
         }
         for &v in values {
