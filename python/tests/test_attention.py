@@ -14,6 +14,7 @@ import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from strict import compile_strict
 
 # f32: sums over a few hundred keys in another order than eager's (blocks of 32-128 keys,
 # rescaled as the maximum grows). Half precision: eager rounds the probabilities to the
@@ -75,15 +76,6 @@ MASKS = {
 }
 
 
-def _compile(fn, args, tmp_path, target):
-    torch._dynamo.reset()
-    with (
-        torch.no_grad(),
-        fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path), target=target),
-    ):
-        return torch.compile(fn, backend="fxmlir")(*args)
-
-
 def _assert_fused(tmp_path, backward=False):
     """The lowered module has the fused kernel's loop and, without a backward (whose products
     stay batched), no batched product."""
@@ -103,7 +95,7 @@ def test_fused_forward_matches_eager(name, dtype, target, tmp_path):
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
-    actual = _compile(fn, args, tmp_path, target)
+    actual = compile_strict(fn, args, tmp_path, target)
     _assert_fused(tmp_path)
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(actual, fn(*args), atol=atol, rtol=rtol)
@@ -125,7 +117,7 @@ def test_fused_forward_with_masks(mask, causal, target, tmp_path):
     def fn(q, k, v, m):
         return FLASH(q, k, v, is_causal=causal, attn_mask=m)
 
-    actual = _compile(fn, [q, k, v, m], tmp_path, target)
+    actual = compile_strict(fn, [q, k, v, m], tmp_path, target)
     _assert_fused(tmp_path)
     for got, want in zip(actual, fn(q, k, v, m)):
         torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
@@ -141,7 +133,7 @@ def test_small_attention_stays_unfused(shapes, tmp_path):
     unfused forward (batched products), which is faster there."""
     q_shape, kv_shape = shapes
     args = _inputs([q_shape, kv_shape, kv_shape], torch.float32)
-    actual = _compile(F.scaled_dot_product_attention, args, tmp_path, "host")
+    actual = compile_strict(F.scaled_dot_product_attention, args, tmp_path, "host")
     lowered = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir"))
     assert "linalg.batch_matmul" in lowered and "vector.fma" not in lowered
     torch.testing.assert_close(actual, F.scaled_dot_product_attention(*args), atol=2e-5, rtol=2e-5)
@@ -158,7 +150,7 @@ def test_boolean_mask_and_nan_rows(tmp_path):
     def fn(q, k, v, keep):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
-    actual = _compile(fn, [q, k, v, keep], tmp_path, "host")
+    actual = compile_strict(fn, [q, k, v, keep], tmp_path, "host")
     _assert_fused(tmp_path)
     expected = fn(q, k, v, keep)
     assert torch.isnan(actual[0, 1, 7]).all()
@@ -203,7 +195,7 @@ def test_strided_operands_and_an_expanded_mask(tmp_path):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, rows, heads * e)
 
-    actual = _compile(fn, [x, keys], tmp_path, "host")
+    actual = compile_strict(fn, [x, keys], tmp_path, "host")
     _assert_fused(tmp_path)
     torch.testing.assert_close(actual, fn(x, keys), atol=2e-5, rtol=2e-5)
 
@@ -224,7 +216,7 @@ def test_bf16_runs_on_pair_products(causal, tmp_path):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     halves = [t.bfloat16() for t in (q, k, v)]
-    actual = _compile(fn, halves, tmp_path, "host")
+    actual = compile_strict(fn, halves, tmp_path, "host")
     lowered = "".join(p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir"))
     assert "x86vector.avx512.dot" in lowered and "vector.fma" not in lowered
     reference = fn(q, k, v)

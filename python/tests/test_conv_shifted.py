@@ -16,6 +16,7 @@ import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from strict import compile_strict
 
 # f32: sums of channels x taps products (a few hundred) in another order than eager's.
 TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10)}
@@ -51,15 +52,6 @@ IM2COL = {
 }
 
 
-def _compile(fn, args, tmp_path, target):
-    torch._dynamo.reset()
-    with (
-        torch.no_grad(),
-        fxmlir.config.patch(fallback="error", dump_dir=str(tmp_path), target=target),
-    ):
-        return torch.compile(fn, backend="fxmlir")(*args)
-
-
 def _lowered(tmp_path) -> str:
     (text,) = [p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir")]
     return text
@@ -87,7 +79,7 @@ def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
         # computed-and-dropped ones past each row.
         return torch.relu(conv(x, w, b if bias else None, padding=padding, dilation=dilation))
 
-    actual = _compile(fn, (x, w, b), tmp_path, target)
+    actual = compile_strict(fn, (x, w, b), tmp_path, target)
     lowered = _lowered(tmp_path)
     taps = w[0, 0].numel()
     assert len(re.findall(r"= linalg\.matmul", lowered)) == taps, lowered[:3000]
@@ -107,7 +99,7 @@ def test_nonfinite_inputs_stay_in_their_windows(tmp_path):
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
 
-    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    actual = compile_strict(fn, (x, w, b), tmp_path, "host")
     assert len(re.findall(r"= linalg\.matmul", _lowered(tmp_path))) == 9
     expected = fn(x, w, b)
     assert torch.equal(actual.isnan(), expected.isnan())
@@ -122,7 +114,7 @@ def test_other_convolutions_keep_one_product(name, tmp_path):
     def fn(x, w, b):
         return F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
-    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    actual = compile_strict(fn, (x, w, b), tmp_path, "host")
     lowered = _lowered(tmp_path)
     products = re.findall(r"= linalg\.(?:batch_)?matmul", lowered)
     assert len(products) == 1, lowered[:3000]
@@ -137,7 +129,7 @@ def test_small_taps_are_shifted_on_one_thread_only(tmp_path, threads):
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
 
-    actual = _compile(fn, (x, w, b), tmp_path, "host")
+    actual = compile_strict(fn, (x, w, b), tmp_path, "host")
     products = re.findall(r"= linalg\.matmul", _lowered(tmp_path))
     assert len(products) == (9 if threads == 1 else 1)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
