@@ -612,7 +612,7 @@ fn shifts(
 }
 
 /// Whether a float convolution (f32 or f64, the input's dtype the accumulator's) of an input
-/// of `input` shape by a weight of `weight` shape, not transposed, is [`shifted_products`] on
+/// of `input` shape by a weight of `weight` shape, not transposed, is `shifted_products` on
 /// `target`: what `fxmlir.passes.taps` asks before it hands such a convolution its weight
 /// tap-major (hoisted, so the kernel need not transpose it per call).
 pub fn shifted_convolution(
