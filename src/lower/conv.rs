@@ -142,22 +142,26 @@ fn lower_convolution<'c, 'a>(
                 x.shape, w.shape
             ));
         }
-        let sizes = output_sizes(&spatial, &kernel, &stride, &padding, &dilation)?;
-        let shifted = (product && batch == 1 && groups == 1 && x.dtype == acc)
+        let out_spatial = output_sizes(&spatial, &kernel, &stride, &padding, &dilation)?;
+        let windows = (&stride[..], &dilation[..]);
+        let shifted = (x.dtype == acc)
             .then(|| {
                 shifts(
-                    ctx.target, channels, w.shape[0], &kernel, &stride, &dilation, &sizes, acc,
+                    ctx.target,
+                    &x.shape,
+                    &w.shape,
+                    windows,
+                    &out_spatial,
+                    (groups, acc),
                 )
             })
             .flatten();
-        let (out_spatial, padded) = windowed(
+        let padded = windowed(
             ctx,
             &x,
             channels,
-            &kernel,
-            &stride,
-            &padding,
-            &dilation,
+            (&kernel, &stride, &padding, &dilation),
+            &out_spatial,
             shifted.map_or(0, |s| s.extra_rows),
         )?;
         let mut shape = vec![groups, out_channels / groups, in_per_group];
@@ -370,8 +374,9 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     let (stride, padding, dilation) = window_params(ctx, node, 2, nd)?;
     let (out_channels, half) = (pairs.shape[0], pairs.shape[1]);
     let kernel = pairs.shape[2..nd + 2].to_vec();
-    let (out_spatial, padded) =
-        windowed(ctx, &x, 2 * half, &kernel, &stride, &padding, &dilation, 0)?;
+    let out_spatial = output_sizes(&x.shape[2..], &kernel, &stride, &padding, &dilation)?;
+    let window = (&kernel[..], &stride[..], &padding[..], &dilation[..]);
+    let padded = windowed(ctx, &x, 2 * half, window, &out_spatial, 0)?;
     let batch = x.shape[0];
     let mut expected = vec![batch, out_channels];
     expected.extend(&out_spatial);
@@ -459,30 +464,26 @@ fn output_sizes(
     Ok(out_spatial)
 }
 
-/// The output size of a (non-transposed) correlation and the input it reads: `x` in a zero
-/// canvas of `channels` channels (at least `x`'s; the extra ones are zero), padded by `padding`
-/// and cut to the part the windows read, `[0, (o - 1) s + d (k - 1) + 1)`, with `extra_rows`
-/// zero rows more along the first spatial dimension.
-#[allow(clippy::too_many_arguments)]
+/// The input a (non-transposed) correlation of `window` (kernel, stride, padding, dilation)
+/// with output sizes `out_spatial` reads: `x` in a zero canvas of `channels` channels (at
+/// least `x`'s; the extra ones are zero), padded by `padding` and cut to the part the windows
+/// read, `[0, (o - 1) s + d (k - 1) + 1)`, with `extra_rows` zero rows more along the first
+/// spatial dimension.
 fn windowed<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
     channels: i64,
-    kernel: &[i64],
-    stride: &[i64],
-    padding: &[i64],
-    dilation: &[i64],
+    (kernel, stride, padding, dilation): (&[i64], &[i64], &[i64], &[i64]),
+    out_spatial: &[i64],
     extra_rows: i64,
-) -> Result<(Vec<i64>, Tensor<'c, 'a>)> {
+) -> Result<Tensor<'c, 'a>> {
     let nd = kernel.len();
-    let out_spatial = output_sizes(&x.shape[2..], kernel, stride, padding, dilation)?;
     let mut canvas = vec![x.shape[0], channels];
     canvas.extend((0..nd).map(|i| extent(out_spatial[i], kernel[i], stride[i], dilation[i])));
     canvas[2] += extra_rows;
     let mut offsets = vec![0, 0];
     offsets.extend(padding);
-    let padded = place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
-    Ok((out_spatial, padded))
+    place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])
 }
 
 /// The correlation's sizes: the padded input is [batch, groups · in_per_group, padded…], the
@@ -562,38 +563,42 @@ struct Shifted {
     extra_rows: i64,
 }
 
-/// Whether, and how, a stride-1 convolution of one image without groups is
-/// [`shifted_products`]: a kernel of several taps over at least [`SHIFTED_MIN_CHANNELS`]
-/// input channels, whose rows widen the output by at most [`SHIFTED_MAX_WIDENING`], and on
-/// several threads, whose taps' products are each large enough to be cut across them
-/// ([`MIN_PARALLEL_PRODUCT_WORK`]; else the one im2col product is, and nine products on one
-/// thread each ran slower: DenseNet-121's 3 x 3 layers at 14 x 14, 32 x 128 x 224). The
-/// columns are a multiple of a vector on each thread, so that the products are cut across
-/// the threads by columns, each reading its half of the input, rather than by rows, each
-/// reading all of it.
-#[allow(clippy::too_many_arguments)]
+/// Whether, and how, a convolution of an `input` `[n, c, s…]` by a `weight` `[cout, c / g,
+/// k…]` of `(stride, dilation)` with output sizes `out`, `(groups, dtype)`, is
+/// [`shifted_products`]: a stride-1 convolution of one f32 or f64 image without groups, of
+/// several taps over at least [`SHIFTED_MIN_CHANNELS`] input channels, whose rows widen the
+/// output by at most [`SHIFTED_MAX_WIDENING`], and on several threads, whose taps' products
+/// are each large enough to be cut across them ([`MIN_PARALLEL_PRODUCT_WORK`]; else the one
+/// im2col product is, and nine products on one thread each ran slower: DenseNet-121's 3 x 3
+/// layers at 14 x 14, 32 x 128 x 224). The columns are a multiple of a vector on each thread,
+/// so that the products are cut across the threads by columns, each reading its half of the
+/// input, rather than by rows, each reading all of it.
 fn shifts(
     target: &Target,
-    channels: i64,
-    out_channels: i64,
-    kernel: &[i64],
-    stride: &[i64],
-    dilation: &[i64],
+    input: &[i64],
+    weight: &[i64],
+    (stride, dilation): (&[i64], &[i64]),
     out: &[i64],
-    acc: DType,
+    (groups, dtype): (i64, DType),
 ) -> Option<Shifted> {
-    let nd = kernel.len();
+    let nd = weight.len().saturating_sub(2);
+    let kernel = &weight[2..];
+    let channels = input[1];
     let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
     let row: i64 = (1..nd).map(|i| out[i] + reach[i]).product();
     let narrow: i64 = out[1..].iter().product();
     let threads = target.threads as i64;
-    let lanes = thread_columns(target, acc);
+    let lanes = thread_columns(target, dtype);
     let columns = out[0] * row + (-out[0] * row).rem_euclid(lanes);
-    let applies = stride.iter().all(|&s| s == 1)
+    let applies = matches!(dtype, DType::Float32 | DType::Float64)
+        && input[0] == 1
+        && groups == 1
+        && weight[1] == channels
+        && stride.iter().all(|&s| s == 1)
         && kernel.iter().product::<i64>() > 1
         && channels >= SHIFTED_MIN_CHANNELS
         && (row as f64) <= SHIFTED_MAX_WIDENING * narrow as f64
-        && (threads < 2 || out_channels * channels * columns >= MIN_PARALLEL_PRODUCT_WORK);
+        && (threads < 2 || weight[0] * channels * columns >= MIN_PARALLEL_PRODUCT_WORK);
     if !applies {
         return None;
     }
@@ -611,9 +616,9 @@ fn shifts(
     })
 }
 
-/// Whether a float convolution (f32 or f64, the input's dtype the accumulator's) of an input
-/// of `input` shape by a weight of `weight` shape, not transposed, is `shifted_products` on
-/// `target`: what `fxmlir.passes.taps` asks before it hands such a convolution its weight
+/// Whether a convolution, not transposed, of an input of `input` shape and `dtype` by a
+/// weight of `weight` shape is `shifted_products` on `target` (the lowering's own rule,
+/// `shifts`): what `fxmlir.passes.taps` asks before it hands such a convolution its weight
 /// tap-major (hoisted, so the kernel need not transpose it per call).
 pub fn shifted_convolution(
     target: &Target,
@@ -628,19 +633,17 @@ pub fn shifted_convolution(
     if nd == 0 || input.len() != nd + 2 || !(fits(stride) && fits(padding) && fits(dilation)) {
         return false;
     }
-    let float = matches!(dtype, DType::Float32 | DType::Float64);
-    let Ok(out) = output_sizes(&input[2..], &weight[2..], stride, padding, dilation) else {
-        return false;
-    };
-    let (kernel, channels) = (&weight[2..], input[1]);
-    float
-        && input[0] == 1
-        && groups == 1
-        && weight[1] == channels
-        && shifts(
-            target, channels, weight[0], kernel, stride, dilation, &out, dtype,
+    output_sizes(&input[2..], &weight[2..], stride, padding, dilation).is_ok_and(|out| {
+        shifts(
+            target,
+            input,
+            weight,
+            (stride, dilation),
+            &out,
+            (groups, dtype),
         )
         .is_some()
+    })
 }
 
 /// The permutation of a weight `[cout, c, k…]` into its tap-major layout `[k…, cout, c]`, and

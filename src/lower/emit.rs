@@ -185,6 +185,12 @@ pub(super) fn internal(e: impl std::fmt::Display) -> Error {
     lowering_error(format!("internal IR construction error: {e}"))
 }
 
+/// Whether `a` comes before `b`, two ops of one block.
+fn is_before(a: OperationRef, b: OperationRef) -> bool {
+    // SAFETY: both are live ops, and the callers check that they are in the same block.
+    unsafe { mlir_sys::mlirOperationIsBeforeInBlock(a.to_raw(), b.to_raw()) }
+}
+
 impl<'c, 'a> Emit<'c, 'a> {
     pub fn ty(&self, text: &str) -> Result<Type<'c>> {
         Type::parse(self.context, text).ok_or_else(|| internal(format!("bad type `{text}`")))
@@ -603,77 +609,66 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// Moves the ops defining `values`, with the ops of this block they need that come after
     /// the point, to just before the computation of `before` starts, when that is in this
     /// block and not a graph input's `bufferization.to_tensor`: before the op defining it, or
-    /// for a tensor assembled by `tensor.insert_slice`s (a concatenation), before the op
-    /// defining the tensor they insert into. Whatever is written into the values afterwards
-    /// from `before` (a convolution's canvas or patch matrix holding its input) can then be
+    /// for a tensor assembled by `tensor.insert_slice`s (a concatenation), before the earliest
+    /// of the op defining the tensor they insert into and the ops computing the inserted parts.
+    /// Whatever is written into the values afterwards from `before` (a convolution's canvas or
+    /// patch matrix holding its input, or the parts of its concatenated input) can then be
     /// computed there in place: the fusion stage's empty-tensor elimination only points a
     /// producer at a tensor defined before it, and the consumer's node lowers after the
     /// producer's.
     pub fn define_before(&self, values: &[Value<'c, 'a>], before: Value<'c, 'a>) -> Result<()> {
-        let here = self.block.to_raw().ptr;
-        let mut anchor = match OperationResult::try_from(before) {
-            Ok(result) => result.owner(),
-            Err(_) => return Ok(()),
+        let defining = |v: Value<'c, 'a>| {
+            let op = OperationResult::try_from(v).ok()?.owner();
+            self.in_block(&op).then_some(op)
         };
-        // Along a chain of inserts, the earliest of the tensor inserted into and the ops
-        // computing the inserted parts (which must write into the values too).
+        let Some(mut anchor) = defining(before) else {
+            return Ok(());
+        };
         let mut earliest = anchor;
-        let in_block = |op: &OperationRef| op.block().is_some_and(|b| b.to_raw().ptr == here);
         while anchor.name().as_string_ref().as_str() == Ok("tensor.insert_slice") {
-            if let Some(Ok(part)) = anchor.operand(0).ok().map(OperationResult::try_from) {
-                let part = part.owner();
-                // SAFETY: both ops are live ops of this block.
-                let before = || unsafe {
-                    mlir_sys::mlirOperationIsBeforeInBlock(part.to_raw(), earliest.to_raw())
-                };
-                if in_block(&part) && before() {
-                    earliest = part;
-                }
+            if let Some(part) = anchor.operand(0).ok().and_then(defining)
+                && is_before(part, earliest)
+            {
+                earliest = part;
             }
-            match anchor.operand(1).ok().map(OperationResult::try_from) {
-                Some(Ok(into)) => anchor = into.owner(),
-                _ => break,
+            match anchor.operand(1).ok().and_then(defining) {
+                Some(into) => anchor = into,
+                None => break,
             }
         }
-        // SAFETY: as above.
-        if in_block(&anchor)
-            && unsafe { mlir_sys::mlirOperationIsBeforeInBlock(anchor.to_raw(), earliest.to_raw()) }
-        {
+        if is_before(anchor, earliest) {
             earliest = anchor;
         }
-        let anchor = earliest;
-        let computed = anchor.name().as_string_ref().as_str() != Ok("bufferization.to_tensor");
-        if !(computed && anchor.block().is_some_and(|b| b.to_raw().ptr == here)) {
+        if earliest.name().as_string_ref().as_str() == Ok("bufferization.to_tensor") {
             return Ok(());
         }
         for &v in values {
-            self.move_before(v, anchor, here)?;
+            self.move_before(v, earliest)?;
         }
         Ok(())
     }
 
-    /// Moves the op defining `value` before `anchor` (both in the block `here`) if it comes
-    /// after it, its operands' ops first.
-    fn move_before(
-        &self,
-        value: Value<'c, 'a>,
-        anchor: OperationRef<'c, 'a>,
-        here: *mut std::ffi::c_void,
-    ) -> Result<()> {
+    /// Whether `op` is in the block this emits into.
+    fn in_block(&self, op: &OperationRef<'c, 'a>) -> bool {
+        op.block()
+            .is_some_and(|b| b.to_raw().ptr == self.block.to_raw().ptr)
+    }
+
+    /// Moves the op defining `value` before `anchor` (an op of this block) if it is in this
+    /// block and comes after it, its operands' ops first.
+    fn move_before(&self, value: Value<'c, 'a>, anchor: OperationRef<'c, 'a>) -> Result<()> {
         let Ok(result) = OperationResult::try_from(value) else {
             return Ok(());
         };
         let op = result.owner();
-        let in_block = op.block().is_some_and(|b| b.to_raw().ptr == here);
-        // SAFETY: both ops are live ops of this block.
-        let after = unsafe { mlir_sys::mlirOperationIsBeforeInBlock(anchor.to_raw(), op.to_raw()) };
-        if !in_block || !after {
+        if !self.in_block(&op) || !is_before(anchor, op) {
             return Ok(());
         }
         for i in 0..op.operand_count() {
-            self.move_before(op.operand(i).map_err(internal)?, anchor, here)?;
+            self.move_before(op.operand(i).map_err(internal)?, anchor)?;
         }
-        // SAFETY: as above; every operand of `op` is now defined before `anchor`.
+        // SAFETY: both ops are live ops of this block; every operand of `op` is now defined
+        // before `anchor`.
         unsafe { mlir_sys::mlirOperationMoveBefore(op.to_raw(), anchor.to_raw()) };
         Ok(())
     }
