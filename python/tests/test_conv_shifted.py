@@ -121,17 +121,25 @@ def test_other_convolutions_keep_one_product(name, tmp_path):
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
 
 
-def test_small_taps_are_shifted_on_one_thread_only(tmp_path, threads):
-    """8 x 32 x 224 per tap is too little to cut across threads: on two the one im2col
-    product (which is cut) is kept, on one thread the taps are shifted products."""
-    x, w, b = _inputs((1, 32, 12, 15), (8, 32, 3, 3), torch.float32)
+@pytest.mark.parametrize(
+    ("c", "cout", "together"),
+    [(32, 8, False), (64, 32, True)],
+    ids=["small", "cut-together"],
+)
+def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, together):
+    """The taps are one product each on any number of threads. On two, taps too small to be
+    cut each (under 1 M multiply-adds) but with enough work together (32 x 64 x 224 a tap,
+    4.1 M for the nine) run in one ``scf.forall`` of a chunk of columns per thread; too
+    little (8 x 32 x 224 a tap) stays on one thread."""
+    x, w, b = _inputs((1, c, 12, 15), (cout, c, 3, 3), torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    products = re.findall(r"= linalg\.matmul", _lowered(tmp_path))
-    assert len(products) == (9 if threads == 1 else 1)
+    lowered = _lowered(tmp_path)
+    assert len(re.findall(r"= linalg\.matmul", lowered)) == 9
+    assert lowered.count("scf.forall (") == (1 if together and threads == 2 else 0)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
 
 

@@ -18,6 +18,8 @@
 //! the half types (f64 for f64, the integer type itself for integers, wrapping as eager does);
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
+use super::emit::Emit;
+use super::loops::{forall, nth, reuse};
 use super::products::{computed_padded, first_entries, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
@@ -567,12 +569,9 @@ struct Shifted {
 /// k…]` of `(stride, dilation)` with output sizes `out`, `(groups, dtype)`, is
 /// [`shifted_products`]: a stride-1 convolution of one f32 or f64 image without groups, of
 /// several taps over at least [`SHIFTED_MIN_CHANNELS`] input channels, whose rows widen the
-/// output by at most [`SHIFTED_MAX_WIDENING`], and on several threads, whose taps' products
-/// are each large enough to be cut across them ([`MIN_PARALLEL_PRODUCT_WORK`]; else the one
-/// im2col product is, and nine products on one thread each ran slower: DenseNet-121's 3 x 3
-/// layers at 14 x 14, 32 x 128 x 224). The columns are a multiple of a vector on each thread,
-/// so that the products are cut across the threads by columns, each reading its half of the
-/// input, rather than by rows, each reading all of it.
+/// output by at most [`SHIFTED_MAX_WIDENING`]. The columns are a multiple of a vector on each
+/// thread, so that the products are cut across the threads by columns, each reading its half
+/// of the input, rather than by rows, each reading all of it.
 fn shifts(
     target: &Target,
     input: &[i64],
@@ -587,7 +586,6 @@ fn shifts(
     let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
     let row: i64 = (1..nd).map(|i| out[i] + reach[i]).product();
     let narrow: i64 = out[1..].iter().product();
-    let threads = target.threads as i64;
     let lanes = thread_columns(target, dtype);
     let columns = out[0] * row + (-out[0] * row).rem_euclid(lanes);
     let applies = matches!(dtype, DType::Float32 | DType::Float64)
@@ -597,8 +595,7 @@ fn shifts(
         && stride.iter().all(|&s| s == 1)
         && kernel.iter().product::<i64>() > 1
         && channels >= SHIFTED_MIN_CHANNELS
-        && (row as f64) <= SHIFTED_MAX_WIDENING * narrow as f64
-        && (threads < 2 || weight[0] * channels * columns >= MIN_PARALLEL_PRODUCT_WORK);
+        && (row as f64) <= SHIFTED_MAX_WIDENING * narrow as f64;
     if !applies {
         return None;
     }
@@ -743,44 +740,39 @@ fn shifted_products<'c, 'a>(
         }
     };
     let per_tap = ctx.cast(&per_tap, acc)?;
-    let mut sum = ctx
-        .e
-        .splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
-    let taps: i64 = geo.kernel.iter().product();
-    for tap in 0..taps {
-        // The tap's position, last dimension fastest, and its shift in the canvas.
-        let mut rest = tap;
-        let mut position = vec![0; nd];
-        for i in (0..nd).rev() {
-            position[i] = rest % geo.kernel[i];
-            rest /= geo.kernel[i];
-        }
-        let shift: i64 = (0..nd)
-            .map(|i| position[i] * geo.dilation[i] * strides[i])
-            .sum();
-        let matrix = [geo.out_channels, channels];
-        let mut sizes = vec![1; nd];
-        sizes.extend(matrix);
-        let left = ctx.e.extract_slice(
-            per_tap.value,
-            &[position, vec![0, 0]].concat(),
-            &sizes,
-            &vec![1; rank],
-            &matrix,
-            acc,
-        )?;
-        let right = ctx.e.extract_slice(
-            flat.value,
-            &[0, shift],
-            &[channels, columns],
-            &[1, 1],
-            &[channels, columns],
-            acc,
-        )?;
-        sum = ctx
-            .e
-            .named_linalg("linalg.matmul", &[left, right], sum, &[])?;
-    }
+    let taps = Taps {
+        per_tap: per_tap.value,
+        flat: flat.value,
+        shape: [channels, length],
+        strides: &strides,
+        acc,
+    };
+    // Taps too small to be cut across the threads each ([`MIN_PARALLEL_PRODUCT_WORK`], the
+    // schedule's rule) are cut together: one chunk of columns per thread (whole vectors, see
+    // [`shifts`]), each computing every tap's product over its columns in one parallel region
+    // (DenseNet-121's 3 x 3 layers at 14 x 14, 32 x 128 x 224 a tap, had been one im2col
+    // product, its patch matrix gathered at the product's own cost). Larger taps cut
+    // together ran 3-5% faster still, but their products, scheduled inside the loop, are not
+    // merged when identical: a 7 x 7 kernel's 49 took 27 s to compile.
+    let threads = ctx.target.threads as i64;
+    let tap_work = geo.out_channels * channels * columns;
+    let work = tap_work * geo.kernel.iter().product::<i64>();
+    let sum =
+        if threads > 1 && tap_work < MIN_PARALLEL_PRODUCT_WORK && work >= MIN_PARALLEL_PRODUCT_WORK
+        {
+            let chunk = columns / threads;
+            let shape = [geo.out_channels, columns];
+            let init = ctx.e.empty(&shape, acc)?;
+            let taps = &taps;
+            forall(&ctx.e, threads, &[init], |b, writes, iv, shared| {
+                let first = b.same("arith.muli", &[iv, b.index(chunk)?])?;
+                let part = taps.sum(b, geo, Some(first), chunk)?;
+                writes.insert_at(part, nth(shared, 0)?, &shape, (1, first, Some(chunk)), true)?;
+                Ok(())
+            })?[0]
+        } else {
+            taps.sum(&ctx.e, geo, None, columns)?
+        };
     let sum = Tensor {
         value: sum,
         shape: vec![geo.out_channels, columns],
@@ -812,6 +804,63 @@ fn shifted_products<'c, 'a>(
         },
         &shape,
     )
+}
+
+/// What the taps' products of [`shifted_products`] read: the weight tap by tap `[k…, cout, c]`
+/// and the flattened canvas `[c, L]` (`shape`) with its spatial dimensions' `strides`.
+struct Taps<'c, 'a, 's> {
+    per_tap: Value<'c, 'a>,
+    flat: Value<'c, 'a>,
+    shape: [i64; 2],
+    strides: &'s [i64],
+    acc: DType,
+}
+
+impl<'c> Taps<'c, '_, '_> {
+    /// The sum `[cout, columns]` of the taps' products over `columns` columns of the output,
+    /// from column `first` (an index in `e`'s block; `None`: 0).
+    fn sum<'b>(
+        &self,
+        e: &Emit<'c, 'b>,
+        geo: &Geometry<'_>,
+        first: Option<Value<'c, 'b>>,
+        columns: i64,
+    ) -> Result<Value<'c, 'b>> {
+        let (nd, acc) = (geo.kernel.len(), self.acc);
+        let channels = self.shape[0];
+        let matrix = [geo.out_channels, channels];
+        let mut sum = e.splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
+        for tap in 0..geo.kernel.iter().product::<i64>() {
+            // The tap's position, last dimension fastest, and its shift in the canvas.
+            let mut rest = tap;
+            let mut position = vec![0; nd];
+            for i in (0..nd).rev() {
+                position[i] = rest % geo.kernel[i];
+                rest /= geo.kernel[i];
+            }
+            let shift: i64 = (0..nd)
+                .map(|i| position[i] * geo.dilation[i] * self.strides[i])
+                .sum();
+            let mut sizes = vec![1; nd];
+            sizes.extend(matrix);
+            let ones = vec![1; nd + 2];
+            let at = [position, vec![0, 0]].concat();
+            let left = e.extract_slice(reuse(self.per_tap), &at, &sizes, &ones, &matrix, acc)?;
+            let flat = reuse(self.flat);
+            let right = match first {
+                None => {
+                    let size = [channels, columns];
+                    e.extract_slice(flat, &[0, shift], &size, &[1, 1], &size, acc)?
+                }
+                Some(first) => {
+                    let at = e.same("arith.addi", &[first, e.index(shift)?])?;
+                    e.extract_at(flat, &self.shape, 1, at, Some(columns), acc)?
+                }
+            };
+            sum = e.named_linalg("linalg.matmul", &[left, right], sum, &[])?;
+        }
+        Ok(sum)
+    }
 }
 
 /// The weight of convolution `node` in its tap-major layout `[k…, cout, c]` when the graph
