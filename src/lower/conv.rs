@@ -829,6 +829,10 @@ impl<'c> Taps<'c, '_, '_> {
         let (nd, acc) = (geo.kernel.len(), self.acc);
         let channels = self.shape[0];
         let matrix = [geo.out_channels, channels];
+        let mut sizes = vec![1; nd];
+        sizes.extend(matrix);
+        let ones = vec![1; nd + 2];
+        let (per_tap, flat) = (reuse(self.per_tap), reuse(self.flat));
         let mut sum = e.splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
         for tap in 0..geo.kernel.iter().product::<i64>() {
             // The tap's position, last dimension fastest, and its shift in the canvas.
@@ -841,12 +845,8 @@ impl<'c> Taps<'c, '_, '_> {
             let shift: i64 = (0..nd)
                 .map(|i| position[i] * geo.dilation[i] * self.strides[i])
                 .sum();
-            let mut sizes = vec![1; nd];
-            sizes.extend(matrix);
-            let ones = vec![1; nd + 2];
             let at = [position, vec![0, 0]].concat();
-            let left = e.extract_slice(reuse(self.per_tap), &at, &sizes, &ones, &matrix, acc)?;
-            let flat = reuse(self.flat);
+            let left = e.extract_slice(per_tap, &at, &sizes, &ones, &matrix, acc)?;
             let right = match first {
                 None => {
                     let size = [channels, columns];
