@@ -7,6 +7,7 @@ eager's results."""
 import pathlib
 import re
 
+import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
@@ -70,16 +71,22 @@ def test_one_row_reads_the_right_operand_in_place(tmp_path):
 
 
 def test_a_short_last_row_tile_reads_the_packed_panels(tmp_path):
-    """ViT-Base's 197 tokens: 24 register tiles of 8 rows and a rest of 5, which is peeled
-    from the rows loop after the block is packed (one packing per block, read by both), and
-    gives eager's results. Cut off as a product of its own, the rest would not be packed."""
+    """ViT-Base's 197 tokens: whole register tiles (24 of 8 rows with AVX-512's 32 registers,
+    49 of 4 with AVX2's 16) and a short rest, which is peeled from the rows loop after the
+    block is packed (one packing per block, read by both), and gives eager's results. Cut off
+    as a product of its own, the rest would not be packed."""
     fn, shapes, dtype = CASES["vit_rows"]
     actual, expected = compiled_and_eager(fn, shapes, dtype, tmp_path, target=PACKING)
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-3)
     scripts = "".join(
         p.read_text() for p in pathlib.Path(tmp_path).glob("*.02-schedule.transform.mlir")
     )
-    assert re.search(r"matmul 197x768x3072 f32: [^\"]*rows peeled after 192 \(rest 5\)", scripts)
+    peeled = re.search(
+        r"matmul 197x768x3072 f32: [^\"]*rows peeled after (\d+) \(rest (\d+)\)", scripts
+    )
+    assert peeled, scripts
+    rows = 8 if fxmlir.target_info(PACKING)["vector_bytes"] == 64 else 4
+    assert (int(peeled[1]), int(peeled[2])) == (197 // rows * rows, 197 % rows)
     # One packing per column part, each followed by the peel of its rows loop.
     packings = scripts.count("transform.structured.hoist_pad")
     assert packings == scripts.count("transform.loop.peel") >= 1
