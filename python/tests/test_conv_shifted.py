@@ -1,13 +1,13 @@
 """Stride-1 convolutions of one image as shifted products (``shifted_products`` in
-``src/lower/conv.rs``): one ``linalg.matmul`` per kernel tap, each multiplying the tap's weight by
-a slice of the flattened padded input at the tap's shift, with no patch matrix gathered. The
+``src/lower/conv.rs``): a ``linalg.matmul`` per kernel tap, each multiplying the tap's weight by
+a slice of the flattened padded input at the tap's shift, with no patch matrix gathered: the
+first tap's product, then an ``scf.for`` over the other taps adding theirs. The
 output rows are computed as wide as the canvas (rounded up to whole vectors on every thread)
 and cut after. Shapes here cross that: 1-D, 2-D and 3-D kernels, asymmetric kernels, dilations,
 paddings, widths no vector divides, with and without bias, in f32 and f64, on the host's
-vectors and AVX2's, against eager. On several threads each tap's product must be large enough
-to be cut across them, or the one im2col product is kept; the shapes here are. Each compile is
-strict, and its dump must show one product per tap and no gather; the shapes the path leaves
-to im2col must show one product."""
+vectors and AVX2's, against eager. Each compile is strict, and its dump must show the first
+tap's product and the loop over the others, and no gather; the shapes the path leaves to
+im2col must show one product."""
 
 import pathlib
 import re
@@ -57,6 +57,12 @@ def _lowered(tmp_path) -> str:
     return text
 
 
+def _assert_tap_loop(lowered: str, taps: int) -> None:
+    """The first tap's product, then one more in a loop from tap 1 to ``taps``."""
+    assert len(re.findall(r"= linalg\.matmul", lowered)) == 2, lowered[:3000]
+    assert re.search(rf"scf\.for %\S+ = %c1(_\d+)? to %c{taps}(_\d+)? step", lowered), lowered[:3000]
+
+
 def _inputs(x_shape, w_shape, dtype):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(x_shape, generator=gen, dtype=dtype)
@@ -81,8 +87,7 @@ def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
 
     actual = compile_strict(fn, (x, w, b), tmp_path, target)
     lowered = _lowered(tmp_path)
-    taps = w[0, 0].numel()
-    assert len(re.findall(r"= linalg\.matmul", lowered)) == taps, lowered[:3000]
+    _assert_tap_loop(lowered, w[0, 0].numel())
     assert "linalg.generic" in lowered
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(actual, fn(x, w, b), atol=atol, rtol=rtol)
@@ -100,7 +105,7 @@ def test_nonfinite_inputs_stay_in_their_windows(tmp_path):
         return F.conv2d(x, w, b, padding=1)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    assert len(re.findall(r"= linalg\.matmul", _lowered(tmp_path))) == 9
+    _assert_tap_loop(_lowered(tmp_path), 9)
     expected = fn(x, w, b)
     assert torch.equal(actual.isnan(), expected.isnan())
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4, equal_nan=True)
@@ -127,10 +132,10 @@ def test_other_convolutions_keep_one_product(name, tmp_path):
     ids=["small", "cut-together"],
 )
 def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, together):
-    """The taps are one product each on any number of threads. On two, taps too small to be
-    cut each (under 1 M multiply-adds) but with enough work together (32 x 64 x 224 a tap,
-    4.1 M for the nine) run in one ``scf.forall`` of a chunk of columns per thread; too
-    little (8 x 32 x 224 a tap) stays on one thread."""
+    """On two threads, taps with enough work together (32 x 64 x 224 a tap, 4.1 M
+    multiply-adds for the nine) run in one ``scf.forall`` of a chunk of columns per thread,
+    each thread's chunk the first tap's product and the loop over the others; too little
+    (8 x 32 x 224 a tap, 0.5 M) stays on one thread."""
     x, w, b = _inputs((1, c, 12, 15), (cout, c, 3, 3), torch.float32)
 
     def fn(x, w, b):
@@ -138,7 +143,7 @@ def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, togeth
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
     lowered = _lowered(tmp_path)
-    assert len(re.findall(r"= linalg\.matmul", lowered)) == 9
+    _assert_tap_loop(lowered, 9)
     assert lowered.count("scf.forall (") == (1 if together and threads == 2 else 0)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
 

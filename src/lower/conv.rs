@@ -19,7 +19,7 @@
 //! the bias is added after the sum, then the result is rounded once to the output dtype.
 
 use super::emit::Emit;
-use super::loops::{forall, nth, reuse};
+use super::loops::{for_loop, forall, nth, reuse};
 use super::products::{computed_padded, first_entries, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
@@ -739,7 +739,10 @@ fn shifted_products<'c, 'a>(
             }
         }
     };
-    let per_tap = ctx.cast(&per_tap, acc)?;
+    let per_tap = ctx.reshape(
+        &ctx.cast(&per_tap, acc)?,
+        &[geo.kernel.iter().product(), geo.out_channels, channels],
+    )?;
     let taps = Taps {
         per_tap: per_tap.value,
         flat: flat.value,
@@ -747,32 +750,28 @@ fn shifted_products<'c, 'a>(
         strides: &strides,
         acc,
     };
-    // Taps too small to be cut across the threads each ([`MIN_PARALLEL_PRODUCT_WORK`], the
-    // schedule's rule) are cut together: one chunk of columns per thread (whole vectors, see
-    // [`shifts`]), each computing every tap's product over its columns in one parallel region
-    // (DenseNet-121's 3 x 3 layers at 14 x 14, 32 x 128 x 224 a tap, had been one im2col
-    // product, its patch matrix gathered at the product's own cost). Larger taps cut
-    // together ran 3-5% faster still, but their products, scheduled inside the loop, are not
-    // merged when identical: a 7 x 7 kernel's 49 took 27 s to compile.
+    // On several threads the taps are cut together: one chunk of columns per thread (whole
+    // vectors, see [`shifts`]), each computing every tap's product over its columns in one
+    // parallel region, rather than one region per tap (DenseNet-121's 3 x 3 layers at 14 x 14,
+    // 32 x 128 x 224 a tap, too small to be cut one by one, had been one im2col product, its
+    // patch matrix gathered at the product's own cost; larger taps ran 3-5% faster so on a
+    // Zen 3, as fast on a Zen 5).
     let threads = ctx.target.threads as i64;
-    let tap_work = geo.out_channels * channels * columns;
-    let work = tap_work * geo.kernel.iter().product::<i64>();
-    let sum =
-        if threads > 1 && tap_work < MIN_PARALLEL_PRODUCT_WORK && work >= MIN_PARALLEL_PRODUCT_WORK
-        {
-            let chunk = columns / threads;
-            let shape = [geo.out_channels, columns];
-            let init = ctx.e.empty(&shape, acc)?;
-            let taps = &taps;
-            forall(&ctx.e, threads, &[init], |b, writes, iv, shared| {
-                let first = b.same("arith.muli", &[iv, b.index(chunk)?])?;
-                let part = taps.sum(b, geo, Some(first), chunk)?;
-                writes.insert_at(part, nth(shared, 0)?, &shape, (1, first, Some(chunk)), true)?;
-                Ok(())
-            })?[0]
-        } else {
-            taps.sum(&ctx.e, geo, None, columns)?
-        };
+    let work = geo.out_channels * channels * columns * geo.kernel.iter().product::<i64>();
+    let sum = if threads > 1 && work >= MIN_PARALLEL_PRODUCT_WORK {
+        let chunk = columns / threads;
+        let shape = [geo.out_channels, columns];
+        let init = ctx.e.empty(&shape, acc)?;
+        let taps = &taps;
+        forall(&ctx.e, threads, &[init], |b, writes, iv, shared| {
+            let first = b.same("arith.muli", &[iv, b.index(chunk)?])?;
+            let part = taps.sum(b, geo, Some(first), chunk)?;
+            writes.insert_at(part, nth(shared, 0)?, &shape, (1, first, Some(chunk)), true)?;
+            Ok(())
+        })?[0]
+    } else {
+        taps.sum(&ctx.e, geo, None, columns)?
+    };
     let sum = Tensor {
         value: sum,
         shape: vec![geo.out_channels, columns],
@@ -806,8 +805,9 @@ fn shifted_products<'c, 'a>(
     )
 }
 
-/// What the taps' products of [`shifted_products`] read: the weight tap by tap `[k…, cout, c]`
-/// and the flattened canvas `[c, L]` (`shape`) with its spatial dimensions' `strides`.
+/// What the taps' products of [`shifted_products`] read: the weight tap by tap `[t, cout, c]`
+/// (the taps in order, the last kernel dimension fastest) and the flattened canvas `[c, L]`
+/// (`shape`) with its spatial dimensions' `strides`.
 struct Taps<'c, 'a, 's> {
     per_tap: Value<'c, 'a>,
     flat: Value<'c, 'a>,
@@ -818,7 +818,10 @@ struct Taps<'c, 'a, 's> {
 
 impl<'c> Taps<'c, '_, '_> {
     /// The sum `[cout, columns]` of the taps' products over `columns` columns of the output,
-    /// from column `first` (an index in `e`'s block; `None`: 0).
+    /// from column `first` (an index in `e`'s block; `None`: 0): the first tap's product
+    /// starts from zeros, an `scf.for` over the others adds theirs. One product in a loop,
+    /// not one per tap: a 7 x 7 kernel's 49 products, each scheduled (inside a thread's
+    /// chunk, where identical products are not merged), took 27 s to compile.
     fn sum<'b>(
         &self,
         e: &Emit<'c, 'b>,
@@ -826,40 +829,48 @@ impl<'c> Taps<'c, '_, '_> {
         first: Option<Value<'c, 'b>>,
         columns: i64,
     ) -> Result<Value<'c, 'b>> {
+        let zeros = e.splat(&[geo.out_channels, columns], self.acc, Scalar::Int(0))?;
+        let sum = self.add_tap(e, geo, (first, columns), e.index(0)?, zeros)?;
+        let taps: i64 = geo.kernel.iter().product();
+        if taps == 1 {
+            return Ok(sum);
+        }
+        let (one, count) = (e.index(1)?, e.index(taps)?);
+        let sum = for_loop(e, one, count, one, &[sum], |b, tap, carried| {
+            let part = (first.map(reuse), columns);
+            Ok(vec![self.add_tap(b, geo, part, tap, nth(carried, 0)?)?])
+        })?;
+        nth(&sum, 0)
+    }
+
+    /// `sum` plus the product of tap `tap` (an index) over `columns` columns from `first`.
+    fn add_tap<'b>(
+        &self,
+        e: &Emit<'c, 'b>,
+        geo: &Geometry<'_>,
+        (first, columns): (Option<Value<'c, 'b>>, i64),
+        tap: Value<'c, 'b>,
+        sum: Value<'c, 'b>,
+    ) -> Result<Value<'c, 'b>> {
         let (nd, acc) = (geo.kernel.len(), self.acc);
         let channels = self.shape[0];
-        let matrix = [geo.out_channels, channels];
-        let mut sizes = vec![1; nd];
-        sizes.extend(matrix);
-        let ones = vec![1; nd + 2];
-        let (per_tap, flat) = (reuse(self.per_tap), reuse(self.flat));
-        let mut sum = e.splat(&[geo.out_channels, columns], acc, Scalar::Int(0))?;
-        for tap in 0..geo.kernel.iter().product::<i64>() {
-            // The tap's position, last dimension fastest, and its shift in the canvas.
-            let mut rest = tap;
-            let mut position = vec![0; nd];
-            for i in (0..nd).rev() {
-                position[i] = rest % geo.kernel[i];
-                rest /= geo.kernel[i];
-            }
-            let shift: i64 = (0..nd)
-                .map(|i| position[i] * geo.dilation[i] * self.strides[i])
-                .sum();
-            let at = [position, vec![0, 0]].concat();
-            let left = e.extract_slice(per_tap, &at, &sizes, &ones, &matrix, acc)?;
-            let right = match first {
-                None => {
-                    let size = [channels, columns];
-                    e.extract_slice(flat, &[0, shift], &size, &[1, 1], &size, acc)?
-                }
-                Some(first) => {
-                    let at = e.same("arith.addi", &[first, e.index(shift)?])?;
-                    e.extract_at(flat, &self.shape, 1, at, Some(columns), acc)?
-                }
-            };
-            sum = e.named_linalg("linalg.matmul", &[left, right], sum, &[])?;
+        // The tap's shift in the canvas: its position, last dimension fastest, times the
+        // dilation and the dimension's stride.
+        let mut rest = tap;
+        let mut shift = first.map_or_else(|| e.index(0), Ok)?;
+        for i in (0..nd).rev() {
+            let extent = e.index(geo.kernel[i])?;
+            let position = e.same("arith.remui", &[rest, extent])?;
+            rest = e.same("arith.divui", &[rest, extent])?;
+            let step = e.index(geo.dilation[i] * self.strides[i])?;
+            let offset = e.same("arith.muli", &[position, step])?;
+            shift = e.same("arith.addi", &[shift, offset])?;
         }
-        Ok(sum)
+        let taps = geo.kernel.iter().product();
+        let weights = [taps, geo.out_channels, channels];
+        let left = e.extract_at(reuse(self.per_tap), &weights, 0, tap, None, acc)?;
+        let right = e.extract_at(reuse(self.flat), &self.shape, 1, shift, Some(columns), acc)?;
+        e.named_linalg("linalg.matmul", &[left, right], sum, &[])
     }
 }
 
