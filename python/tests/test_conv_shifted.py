@@ -60,7 +60,8 @@ def _lowered(tmp_path) -> str:
 def _assert_tap_loop(lowered: str, taps: int) -> None:
     """The first tap's product, then one more in a loop from tap 1 to ``taps``."""
     assert len(re.findall(r"= linalg\.matmul", lowered)) == 2, lowered[:3000]
-    assert re.search(rf"scf\.for %\S+ = %c1(_\d+)? to %c{taps}(_\d+)? step", lowered), lowered[:3000]
+    loop = rf"scf\.for %\S+ = %c1(_\d+)? to %c{taps}(_\d+)? step"
+    assert re.search(loop, lowered), lowered[:3000]
 
 
 def _inputs(x_shape, w_shape, dtype):
