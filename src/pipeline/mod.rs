@@ -6,6 +6,7 @@
 //! replays with stock `mlir-opt`), after them it erases the script.
 
 mod chains;
+mod empties;
 pub mod external;
 pub mod ir;
 pub mod outline;
@@ -63,8 +64,9 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
-    /// [`reshapes::split_dynamic_expansions`] after the passes: expansions that split a size
-    /// into several dynamic ones become the views they are, which MLIR's memref lowering takes.
+    /// [`empties::split`] before the passes (one empty tensor per use);
+    /// [`reshapes::split_dynamic_expansions`] after them: expansions that split a size into
+    /// several dynamic ones become the views they are, which MLIR's memref lowering takes.
     Bufferize,
     /// After the passes to the LLVM dialect: [`outline::mark_noalias`] (the passes drop the
     /// argument attributes of memrefs; the outlined functions' disjoint pointers become LLVM
@@ -104,7 +106,8 @@ impl Hook {
     }
 
     /// The work before the passes: appends a transform script (fxmlir's or the stage's own),
-    /// outlines, or applies PDL patterns; returns how many ops it transforms.
+    /// outlines, splits empty tensors or applies PDL patterns; returns how many ops it
+    /// transforms.
     fn attach(
         &self,
         context: &Context,
@@ -113,7 +116,8 @@ impl Hook {
         stage: &str,
     ) -> Result<usize> {
         match self {
-            Hook::None | Hook::Llvm | Hook::Windows | Hook::Bufferize => Ok(0),
+            Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
+            Hook::Bufferize => empties::split(module),
             Hook::Expand => decompositions::expand(module),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
@@ -218,7 +222,8 @@ const PARALLEL: Stage = Stage {
     hook: Hook::Parallel,
 };
 
-/// Tensors to buffers. Outputs whose producer the fusion stage pointed at the output buffer
+/// Tensors to buffers, each empty tensor first split into one per use ([`empties`]: CSE
+/// merged them, and a shared one made bufferisation's analysis superlinear). Outputs whose producer the fusion stage pointed at the output buffer
 /// are computed in place; the others are copied into the caller's memrefs. A function that
 /// writes its result into an argument (a pairs product the schedule left a call) stops
 /// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. Buffers
