@@ -64,7 +64,7 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
-    /// [`empties::split`] before the passes (one empty tensor per use);
+    /// `empties::split` before the passes (one empty tensor per use);
     /// [`reshapes::split_dynamic_expansions`] after them: expansions that split a size into
     /// several dynamic ones become the views they are, which MLIR's memref lowering takes.
     Bufferize,
