@@ -11,7 +11,9 @@
 //! A use keeps the empty tensor an operand of the same op computes into already (an epilogue
 //! written over the product it reads): there the shared buffer is the in-place update the
 //! analysis would choose, and a copy of its own would cost an allocation. Every other use gets
-//! a copy of its own, where the analysis gave it a new allocation anyway.
+//! a copy of its own: where the shared buffer was still live, the analysis allocated a new one
+//! anyway, and a buffer freed before it is handed out again by the kernels' allocator
+//! (`jit::alloc`, which keeps freed blocks by size class).
 
 use super::ir::ops::{for_each_result_use, op_name};
 use crate::error::Result;
