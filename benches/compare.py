@@ -98,13 +98,27 @@ PAIRED_ROUNDS = 100
 
 
 def run_case(case: Case, budget_s: float, repeat: int | None) -> dict[str, Any]:
-    """Each backend's first call and check, then the times of eager and of every backend
-    that compiled, taken in turns (:func:`measure.interleaved_ms`), by backend; for a
-    bandwidth case also fxmlir paired with the reference copy."""
+    """:func:`compare_backends` on the case's function; for a bandwidth case also fxmlir
+    paired with the reference copy, for a real-size case the flops and the FMA peak."""
     fn, args = case.build()
-    row: dict[str, Any] = {}
     with torch.no_grad():
         measure.process_warmup(BACKENDS)
+        row = compare_backends(fn, args, budget_s, repeat)
+        if case.group == "bandwidth" and "error" not in row["fxmlir"]:
+            row["paired"] = paired_with_copy(fn, args, repeat or PAIRED_ROUNDS)
+        if case.group == "real":
+            row["flops"] = counted_flops(fn, args)
+            row["peak_gflops"] = fxmlir.fma_peak()
+    return row
+
+
+def compare_backends(
+    fn: Callable[..., Any], args: tuple, budget_s: float, repeat: int | None
+) -> dict[str, Any]:
+    """Each backend's first call and check, then the times of eager and of every backend
+    that compiled, taken in turns (:func:`measure.interleaved_ms`), by backend."""
+    row: dict[str, Any] = {}
+    with torch.no_grad():
         expected = fn(*args)
         calls: dict[str, Callable[..., Any]] = {"eager": fn}
         for backend in BACKENDS:
@@ -121,11 +135,6 @@ def run_case(case: Case, budget_s: float, repeat: int | None) -> dict[str, Any]:
         timed = {name: c for name, c in calls.items() if "error" not in row.get(name, {})}
         for name, times in measure.interleaved_ms(timed, args, budget_s, repeat).items():
             row.setdefault(name, {}).update(times)
-        if case.group == "bandwidth" and "error" not in row["fxmlir"]:
-            row["paired"] = paired_with_copy(fn, args, repeat or PAIRED_ROUNDS)
-        if case.group == "real":
-            row["flops"] = counted_flops(fn, args)
-            row["peak_gflops"] = fxmlir.fma_peak()
     return row
 
 

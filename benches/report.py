@@ -568,6 +568,43 @@ def real_table(results: dict[str, Any]) -> list[str]:
     return table(header, rows) + notes
 
 
+def layer_ms(row: dict[str, Any], backend: str) -> float | None:
+    """A layer's median ms times how many of the model's layers it stands for."""
+    ms = timed(row, backend)
+    return None if ms is None else ms * row["count"]
+
+
+def layers_table(results: dict[str, Any]) -> list[str]:
+    r = results.get("layers")
+    if (lines := not_measured(r, "per-layer probe")) is not None:
+        return lines
+    peak, layers = r["peak_gflops"], r["layers"]
+    rows = [
+        [row["layer"], str(row["count"]), fmt(row["flops"] / 1e9, ".3f")]
+        + [fmt(gflops(row, b), ".0f") for b in BACKENDS]
+        + [fmt(ratio(gflops(row, "fxmlir"), peak), ".0%")]
+        + [fmt(ratio(timed(row, "fxmlir"), timed(row, "inductor")), ".2f")]
+        + [fmt(layer_ms(row, b), ".2f") for b in ("inductor", "fxmlir")]
+        + [status(row)]
+        for row in layers
+    ]
+    header = ["layer", "count", "GFLOP per call"]
+    header += [f"{LABELS[b]} GFLOP/s" for b in BACKENDS]
+    header += ["fxmlir of peak", "fxmlir/Inductor", "Inductor ms × count", "fxmlir ms × count"]
+    header += ["matches eager"]
+    notes = [f"{r['model']}'s distinct convolutions, each compiled alone; peak {peak:.0f} GFLOP/s."]
+    totals = {b: [layer_ms(row, b) for row in layers] for b in ("inductor", "fxmlir")}
+    flops = sum(row["flops"] * row["count"] for row in layers)
+    for b, times in totals.items():
+        if None not in times:
+            rate = flops / sum(times) / 1e6
+            notes.append(
+                f"{LABELS[b]}: {sum(times):.1f} ms over all {sum(row['count'] for row in layers)} "
+                f"convolutions, {rate:.0f} GFLOP/s = {rate / peak:.0%} of the peak."
+            )
+    return table(header, rows) + [" ".join(notes), ""]
+
+
 def gemm_table(results: dict[str, Any]) -> list[str]:
     rows = []
     for r in rows_of(results, "gemm", None):
@@ -934,6 +971,7 @@ def markdown(results: dict[str, Any]) -> str:
     sections = [
         ("Models: median ms per call, first call ms (cold)", model_table),
         ("Models at real sizes: median ms per call, GFLOP/s against the FMA peak", real_table),
+        ("ResNet-50 per layer: GFLOP/s of each convolution against the FMA peak", layers_table),
         ("GEMM f32: `a @ b`, a M×K, b K×N, 2·M·N·K flops", gemm_table),
         ("Memory bandwidth", bandwidth_table),
         ("Call overhead: `x + 1` on a one-element tensor", overhead_table),
@@ -969,6 +1007,7 @@ def markdown(results: dict[str, Any]) -> str:
     for title, render in sections:
         out += [f"**{title}**", ""] + render(results)
     probes = (
+        "layers",
         "bandwidth",
         "overhead",
         "interleaved",

@@ -5,9 +5,9 @@ and Inductor's caches disabled, so both compilers start cold. Per case: one warm
 an unrelated graph per backend (one-time process costs), eager's median time, then for each
 backend the first call (Dynamo + aot_autograd + compile + one run), a check against eager and
 the median time of repeated calls (about ``--budget`` seconds of calls, at least 5), all under
-``torch.no_grad()`` with torch's thread count. Then: the memory-bandwidth probe, the call
-overhead probe, a compiled model interleaved with eager parallel ops, weights as inputs vs
-constants and the disk cache cold/warm.
+``torch.no_grad()`` with torch's thread count. Then: ResNet-50's convolutions one by one, the
+memory-bandwidth probe, the call overhead probe, a compiled model interleaved with eager
+parallel ops, weights as inputs vs constants and the disk cache cold/warm.
 
 Writes bench-results/results.json, results.md and results.png (method: docs/performance.md).
 
@@ -41,6 +41,7 @@ RESULTS = ROOT / "bench-results"
 WORKER = pathlib.Path(__file__).with_name("worker.py")
 #: Tasks besides the cases, in the order they run.
 EXPERIMENTS = (
+    "layers",
     "overhead",
     "interleaved",
     "checks",
@@ -191,6 +192,7 @@ def main() -> int:
         elif name in cases:
             results["cases"].append(cases[name].header() | runner.spawn(f"case:{name}"))
         elif name in (
+            "layers",
             "overhead",
             "interleaved",
             "checks",

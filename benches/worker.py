@@ -4,7 +4,7 @@ and a crash costs one row only.
 
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
-Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``bandwidth``, ``overhead``,
+Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``layers``, ``bandwidth``, ``overhead``,
 ``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``segmentation``,
 ``constants``.
 """
@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
 import cache  # noqa: E402
 import compare  # noqa: E402
 import constants  # noqa: E402
+import layers  # noqa: E402
 import measure  # noqa: E402
 import probes  # noqa: E402
 import shapes  # noqa: E402
@@ -37,6 +38,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return compare.run_case(all_cases()[name], budget_s, repeat)
     if kind == "cache":
         return cache.first_call(name)
+    if kind == "layers":
+        return layers.resnet50_layers(budget_s, repeat)
     if kind == "bandwidth":
         return probes.bandwidth(budget_s, repeat)
     if kind == "overhead":
