@@ -9,6 +9,7 @@ mod chains;
 mod empties;
 pub mod external;
 pub mod ir;
+mod materialized;
 pub mod outline;
 pub mod pairs;
 pub mod parallel;
@@ -64,7 +65,8 @@ pub enum Hook {
     Parallel,
     /// [`outline::outline`] before the passes; should they fail, the stage is skipped.
     Outline,
-    /// `empties::split` before the passes (one empty tensor per use);
+    /// `empties::split` (one empty tensor per use) and `materialized::reroute` (reads of a
+    /// tensor after its placement in a padded one read the padded one) before the passes;
     /// [`reshapes::split_dynamic_expansions`] after them: expansions that split a size into
     /// several dynamic ones become the views they are, which MLIR's memref lowering takes.
     Bufferize,
@@ -117,7 +119,9 @@ impl Hook {
     ) -> Result<usize> {
         match self {
             Hook::None | Hook::Llvm | Hook::Windows => Ok(0),
-            Hook::Bufferize => empties::split(module),
+            Hook::Bufferize => {
+                Ok(empties::split(module)? + materialized::reroute(context, module)?)
+            }
             Hook::Expand => decompositions::expand(module),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
@@ -223,7 +227,10 @@ const PARALLEL: Stage = Stage {
 };
 
 /// Tensors to buffers, each empty tensor first split into one per use ([`empties`]: CSE
-/// merged them, and a shared one made bufferisation's analysis superlinear). Outputs whose producer the fusion stage pointed at the output buffer
+/// merged them, and a shared one made bufferisation's analysis superlinear) and the reads of a
+/// tensor after its placement in a padded one pointed at the padded one ([`materialized`]:
+/// else the tensor is computed out of place and copied twice). Outputs whose
+/// producer the fusion stage pointed at the output buffer
 /// are computed in place; the others are copied into the caller's memrefs. A function that
 /// writes its result into an argument (a pairs product the schedule left a call) stops
 /// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. Buffers
