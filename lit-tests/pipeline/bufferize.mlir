@@ -163,3 +163,52 @@ func.func @split_rows(%arg0: memref<?x8xf32>, %b: index, %s: index, %out: memref
   bufferization.materialize_in_destination %1 in restrict writable %out : (tensor<?x?x8xf32>, memref<?x?x8xf32>) -> ()
   return
 }
+
+// -----
+
+// A tensor computed into the unpadded part of a padded buffer (a convolution's input canvas)
+// and read again after its placement (a residual add): the read is pointed at the padded
+// tensor (src/pipeline/materialized.rs), so the tensor is computed in the canvas in place and
+// nothing is copied but the outputs.
+// CHECK-LABEL: func.func @placed(
+// CHECK-SAME:      %[[ARG0:[a-zA-Z0-9_]+]]: memref<2x12xf32>
+// CHECK-SAME:      %[[ARG1:[a-zA-Z0-9_]+]]: memref<2x16xf32>
+// CHECK-SAME:      %[[ARG2:[a-zA-Z0-9_]+]]: memref<2x12xf32>
+// CHECK:       %[[CANVAS:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x16xf32>
+// CHECK:       %[[PAD:.*]] = memref.subview %[[CANVAS]][0, 12] [2, 4] [1, 1]
+// CHECK:       linalg.fill {{.*}} outs(%[[PAD]] :
+// CHECK:       %[[PART:.*]] = memref.subview %[[CANVAS]][0, 0] [2, 12] [1, 1]
+// CHECK-NOT:   memref.copy
+// CHECK:       linalg.generic {{.*}} ins(%[[ARG0]] : memref<2x12xf32>) outs(%[[PART]] :
+// CHECK:       arith.maximumf
+// CHECK:       memref.copy %[[CANVAS]], %[[ARG1]]
+// CHECK:       %[[SUM:.*]] = memref.alloc() {alignment = 64 : i64} : memref<2x12xf32>
+// CHECK-NOT:   memref.copy
+// CHECK:       linalg.generic {{.*}} ins(%[[PART]], %[[ARG0]] : {{.*}}) outs(%[[SUM]] :
+// CHECK:       memref.copy %[[SUM]], %[[ARG2]]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @placed(%arg0: memref<2x12xf32>, %arg1: memref<2x16xf32>, %arg2: memref<2x12xf32>) attributes {llvm.emit_c_interface} {
+  %zero = arith.constant 0.000000e+00 : f32
+  %x = bufferization.to_tensor %arg0 restrict : memref<2x12xf32> to tensor<2x12xf32>
+  %d = bufferization.alloc_tensor() : tensor<2x16xf32>
+  %pad = tensor.extract_slice %d[0, 12] [2, 4] [1, 1] : tensor<2x16xf32> to tensor<2x4xf32>
+  %zeroed = linalg.fill ins(%zero : f32) outs(%pad : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %d1 = tensor.insert_slice %zeroed into %d[0, 12] [2, 4] [1, 1] : tensor<2x4xf32> into tensor<2x16xf32>
+  %part = tensor.extract_slice %d1[0, 0] [2, 12] [1, 1] : tensor<2x16xf32> to tensor<2x12xf32>
+  %t = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<2x12xf32>) outs(%part : tensor<2x12xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %r = arith.maximumf %in, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<2x12xf32>
+  %m = bufferization.materialize_in_destination %t in %part : (tensor<2x12xf32>, tensor<2x12xf32>) -> tensor<2x12xf32>
+  %p = tensor.insert_slice %m into %d1[0, 0] [2, 12] [1, 1] : tensor<2x12xf32> into tensor<2x16xf32>
+  bufferization.materialize_in_destination %p in restrict writable %arg1 : (tensor<2x16xf32>, memref<2x16xf32>) -> ()
+  %e = tensor.empty() : tensor<2x12xf32>
+  %sum = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%t, %x : tensor<2x12xf32>, tensor<2x12xf32>) outs(%e : tensor<2x12xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %s = arith.addf %in, %in_0 : f32
+    linalg.yield %s : f32
+  } -> tensor<2x12xf32>
+  bufferization.materialize_in_destination %sum in restrict writable %arg2 : (tensor<2x12xf32>, memref<2x12xf32>) -> ()
+  return
+}
