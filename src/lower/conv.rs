@@ -75,7 +75,7 @@ fn lower_convolution<'c, 'a>(
     node: &Node,
 ) -> Result<Vec<Value<'c, 'a>>> {
     let x = ctx.tensor(node, 0)?;
-    let w = ctx.tensor(node, 1)?;
+    let mut w = ctx.tensor(node, 1)?;
     let bias = ctx.opt_tensor(node, 2)?;
     let out = ctx.out(0)?.clone();
     if w.rank() < 3 || w.rank() > 5 {
@@ -91,7 +91,7 @@ fn lower_convolution<'c, 'a>(
             x.shape, w.shape
         ));
     }
-    let (stride, padding, dilation) = window_params(ctx, node, 3, nd)?;
+    let (stride, mut padding, dilation) = window_params(ctx, node, 3, nd)?;
     let transposed = ctx.bool(node, 6)?;
     let output_padding = per_dim(ctx.int_list(node, 7)?, nd, "output_padding")?;
     let groups = ctx.int(node, 8)?;
@@ -108,7 +108,7 @@ fn lower_convolution<'c, 'a>(
     }
     let (batch, channels) = (x.shape[0], x.shape[1]);
     let spatial = x.shape[2..].to_vec();
-    let kernel = w.shape[2..].to_vec();
+    let mut kernel = w.shape[2..].to_vec();
     if kernel.iter().any(|&k| k <= 0) {
         return fail(format!("kernel size {kernel:?} must be positive"));
     }
@@ -136,6 +136,7 @@ fn lower_convolution<'c, 'a>(
     let x = if product { x } else { ctx.cast(&x, acc)? };
 
     // The correlation: padded input [batch, channels, padded…], weight [g, cout/g, cin/g, k…].
+    let mut cropped_taps = false;
     let (out_channels, out_spatial, padded, weight, shifted) = if !transposed {
         let out_channels = w.shape[0];
         if in_per_group * groups != channels || out_channels % groups != 0 {
@@ -145,6 +146,11 @@ fn lower_convolution<'c, 'a>(
             ));
         }
         let out_spatial = output_sizes(&spatial, &kernel, &stride, &padding, &dilation)?;
+        let live = live_taps(&spatial, &kernel, (&stride, &padding, &dilation), &out_spatial);
+        if let Some(live) = &live {
+            (w, kernel, padding) = cropped(ctx, &w, live, &padding, &dilation)?;
+            cropped_taps = true;
+        }
         let windows = (&stride[..], &dilation[..]);
         let shifted = (x.dtype == acc)
             .then(|| {
@@ -276,7 +282,11 @@ fn lower_convolution<'c, 'a>(
     };
     let (sum, read_sum) = if product {
         let product = if let Some(shifted) = shifted {
-            let tap_major = tap_major_weight(ctx, node, nd)?;
+            // A cropped kernel has fewer taps than the tap-major weight the graph hands over.
+            let tap_major = match cropped_taps {
+                false => tap_major_weight(ctx, node, nd)?,
+                true => None,
+            };
             let weight = (tap_major.as_ref(), &weight);
             shifted_products(ctx, &geometry, &padded, weight, acc, shifted.columns)?
         } else {
@@ -439,6 +449,68 @@ fn lower_conv_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
         &vec![Iter::Parallel; nd + 2],
         |_, v| Ok(vec![v[0]]),
     )
+}
+
+/// Per spatial dimension, the first and last kernel tap whose windows read the input rather
+/// than only its zero padding, when some dimension has taps that read only padding (and
+/// every dimension a tap that reads the input): the kernel can be cropped to those. An
+/// atrous convolution whose dilation is about the input's size (DeepLabV3's ASPP at rates 24
+/// and 36 on a 14 x 14 map) reads the input with its centre tap only: cropped, it is a 1 x 1
+/// convolution, not a product nine times as deep over a canvas mostly of padding.
+fn live_taps(
+    spatial: &[i64],
+    kernel: &[i64],
+    (stride, padding, dilation): (&[i64], &[i64], &[i64]),
+    out_spatial: &[i64],
+) -> Option<Vec<(i64, i64)>> {
+    let reads_input = |i: usize, tap: i64| {
+        // Output position o reads input o s + tap d - p: the first o at or after input 0.
+        let start = tap * dilation[i] - padding[i];
+        let first = if start >= 0 {
+            0
+        } else {
+            (-start + stride[i] - 1) / stride[i]
+        };
+        first < out_spatial[i] && first * stride[i] + start < spatial[i]
+    };
+    let mut live = Vec::with_capacity(kernel.len());
+    for (i, &k) in kernel.iter().enumerate() {
+        let first = (0..k).find(|&t| reads_input(i, t))?;
+        let last = (0..k).rev().find(|&t| reads_input(i, t))?;
+        live.push((first, last));
+    }
+    let whole = live.iter().zip(kernel).all(|(&(a, b), &k)| a == 0 && b == k - 1);
+    (!whole).then_some(live)
+}
+
+/// The weight, kernel and padding of a convolution whose kernel is cropped to the taps
+/// `live` (see [`live_taps`]): the padding shrinks by the dropped leading taps' reach (it may
+/// become negative: the canvas then crops the input).
+fn cropped<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    w: &Tensor<'c, 'a>,
+    live: &[(i64, i64)],
+    padding: &[i64],
+    dilation: &[i64],
+) -> Result<(Tensor<'c, 'a>, Vec<i64>, Vec<i64>)> {
+    let kernel: Vec<i64> = live.iter().map(|&(a, b)| b - a + 1).collect();
+    let mut offsets = vec![0, 0];
+    offsets.extend(live.iter().map(|&(a, _)| a));
+    let mut shape = w.shape[..2].to_vec();
+    shape.extend(&kernel);
+    let ones = vec![1; shape.len()];
+    let value = ctx
+        .e
+        .extract_slice(w.value, &offsets, &shape, &ones, &shape, w.dtype)?;
+    let padding = (0..live.len())
+        .map(|i| padding[i] - live[i].0 * dilation[i])
+        .collect();
+    let weight = Tensor {
+        value,
+        shape,
+        dtype: w.dtype,
+    };
+    Ok((weight, kernel, padding))
 }
 
 /// The output size of a (non-transposed) correlation along each spatial dimension.
