@@ -573,8 +573,13 @@ struct Geometry<'g> {
     dilation: &'g [i64],
 }
 
-/// One generic over (n, g, oc, o…, ic, k…) accumulating `x · w` in `acc`; the result is
-/// [batch, groups, out_channels / groups, out…].
+/// One generic over (n, g, oc, ic, o…, k…) accumulating `x · w` in `acc`; the result is
+/// [batch, groups, out_channels / groups, out…]. The input channel comes before the output
+/// positions, so that the innermost loops are the output row under the (unrolled) window
+/// loops: each step adds one channel's taps to a whole row of outputs, contiguous vectors of
+/// the input's row and the output's. With the channel innermost, its loop was vectorised as
+/// a gather across channel planes: ResNeXt-50's 3 x 3 convolutions of 4 channels a group ran
+/// at about 20 GFLOP/s.
 fn direct_correlation<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
@@ -589,17 +594,19 @@ fn direct_correlation<'c, 'a>(
     let mut acc_shape = vec![geo.batch, geo.groups, geo.out_channels / geo.groups];
     acc_shape.extend(geo.out_spatial);
     let zero = ctx.e.splat(&acc_shape, acc, Scalar::Int(0))?;
-    // Loops: n, g, oc, o…, ic, k….
+    // Loops: n, g, oc, ic, o…, k….
     let rank = 4 + 2 * nd;
-    let ic = 3 + nd;
+    let ic = 3;
     let mut read_input = dims([0, 1, ic]);
-    read_input.extend(taps(geo.stride, geo.dilation, |i| 3 + i, |i| 4 + nd + i));
+    read_input.extend(taps(geo.stride, geo.dilation, |i| 4 + i, |i| 4 + nd + i));
     let mut read_weight = dims([1, 2, ic]);
     read_weight.extend(dims((0..nd).map(|i| 4 + nd + i)));
     let mut write = dims([0, 1, 2]);
-    write.extend(dims((0..nd).map(|i| 3 + i)));
-    let mut iters = vec![Iter::Parallel; 3 + nd];
-    iters.extend(vec![Iter::Reduction; 1 + nd]);
+    write.extend(dims((0..nd).map(|i| 4 + i)));
+    let mut iters = vec![Iter::Parallel; 3];
+    iters.push(Iter::Reduction);
+    iters.extend(vec![Iter::Parallel; nd]);
+    iters.extend(vec![Iter::Reduction; nd]);
     let (xd, wd) = (input.dtype, weight.dtype);
     let float = acc.is_float();
     let sum = ctx.e.generic(
