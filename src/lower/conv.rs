@@ -146,7 +146,12 @@ fn lower_convolution<'c, 'a>(
             ));
         }
         let out_spatial = output_sizes(&spatial, &kernel, &stride, &padding, &dilation)?;
-        let live = live_taps(&spatial, &kernel, (&stride, &padding, &dilation), &out_spatial);
+        let live = live_taps(
+            &spatial,
+            &kernel,
+            (&stride, &padding, &dilation),
+            &out_spatial,
+        );
         if let Some(live) = &live {
             (w, kernel, padding) = cropped(ctx, &w, live, &padding, &dilation)?;
             cropped_taps = true;
@@ -479,7 +484,10 @@ fn live_taps(
         let last = (0..k).rev().find(|&t| reads_input(i, t))?;
         live.push((first, last));
     }
-    let whole = live.iter().zip(kernel).all(|(&(a, b), &k)| a == 0 && b == k - 1);
+    let whole = live
+        .iter()
+        .zip(kernel)
+        .all(|(&(a, b), &k)| a == 0 && b == k - 1);
     (!whole).then_some(live)
 }
 
