@@ -95,6 +95,42 @@ def interleaved_ms(
     return {name: _summary(t) for name, t in times.items()}
 
 
+def paired_ratio(
+    a: Callable[..., Any], b: Callable[..., Any], args: tuple, rounds: int
+) -> dict[str, float]:
+    """The time of ``a(*args)`` over that of ``b(*args)``, as the median over ``rounds``
+    rounds of the ratio within each round: a batch of calls of one (about ``BATCH_S``
+    seconds), then a batch of the other, the order swapped every round. Two medians taken
+    over the same stretch of time (:func:`interleaved_ms`) still each pick up the host's
+    drift; a ratio within a round cancels most of it, and the swapped order cancels what the
+    first batch of a round leaves the second (warm caches, a clock ramping up). Also the spread
+    of the middle half of the ratios."""
+    with no_gc():
+        batch = {}
+        for name, fn in (("a", a), ("b", b)):
+            start = time.perf_counter()
+            for _ in range(WARMUP_CALLS):
+                fn(*args)
+            estimate = (time.perf_counter() - start) / WARMUP_CALLS
+            batch[name] = max(1, int(BATCH_S / max(estimate, 1e-9)))
+        calls = max(batch.values())
+
+        def timed(fn: Callable[..., Any]) -> float:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*args)
+            return time.perf_counter() - start
+
+        ratios = []
+        for r in range(rounds):
+            if r % 2:
+                tb, ta = timed(b), timed(a)
+            else:
+                ta, tb = timed(a), timed(b)
+            ratios.append(ta / tb)
+    return {"ratio": statistics.median(ratios), "iqr": _iqr(ratios), "rounds": rounds}
+
+
 def _iqr(values: list[float]) -> float:
     if len(values) < 4:
         return 0.0

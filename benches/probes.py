@@ -152,6 +152,10 @@ def checks(budget_s: float, repeat: int | None) -> dict[str, Any]:
 SYMBOLIC_TOKENS, SYMBOLIC_WIDTH = 64, 256
 SYMBOLIC_BATCHES = (7, 2, 16, 11, 3, 29, 5, 24, 13, 32)
 SYMBOLIC_TIMED = 16
+#: The sizes at which the kernel for every size is compared with a kernel for that size alone
+#: (:func:`measure.paired_ratio`, ``SYMBOLIC_ROUNDS`` rounds each).
+SYMBOLIC_COMPARED = (2, 16, 32)
+SYMBOLIC_ROUNDS = 41
 
 
 def _normalized_block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -163,8 +167,10 @@ def symbolic(budget_s: float, repeat: int | None) -> dict[str, Any]:
     """A graph compiled for every size (``dynamic=True``): a layer norm, a softmax and a GELU
     called at ten batch sizes. Per backend: the first pass over the sizes (compiles included)
     and the graphs compiled; then at one size, in turns: eager, Inductor (``dynamic=True``),
-    fxmlir's kernel for every size and fxmlir's kernel for that size alone (``dynamic=False``);
-    ``cost`` is the first's time over the second's, minus one."""
+    fxmlir's kernel for every size and fxmlir's kernel for that size alone (``dynamic=False``).
+    ``costs``: at each of ``SYMBOLIC_COMPARED``, the kernel for every size's time over that of
+    a kernel for that size alone, minus one (:func:`measure.paired_ratio`); ``cost``, the
+    largest."""
     w, b = torch.randn(SYMBOLIC_WIDTH), torch.randn(SYMBOLIC_WIDTH)
     inputs = [torch.randn(n, SYMBOLIC_TOKENS, SYMBOLIC_WIDTH) for n in SYMBOLIC_BATCHES]
     result: dict[str, Any] = {"batches": list(SYMBOLIC_BATCHES), "timed_batch": SYMBOLIC_TIMED}
@@ -194,6 +200,22 @@ def symbolic(budget_s: float, repeat: int | None) -> dict[str, Any]:
             calls[name] = compiled
         x = inputs[SYMBOLIC_BATCHES.index(SYMBOLIC_TIMED)]
         times = measure.interleaved_ms(calls, (x, w, b), budget_s, repeat)
-    result["ms"] = {k: v["ms"] for k, v in times.items()}
-    result["cost"] = result["ms"]["fxmlir"] / result["ms"]["fxmlir_static"] - 1
+        result["ms"] = {k: v["ms"] for k, v in times.items()}
+        result["costs"] = {}
+        for n in SYMBOLIC_COMPARED:
+            x = inputs[SYMBOLIC_BATCHES.index(n)]
+            static = calls["fxmlir_static"] if n == SYMBOLIC_TIMED else _static_block(x, w, b)
+            paired = measure.paired_ratio(
+                calls["fxmlir"], static, (x, w, b), repeat or SYMBOLIC_ROUNDS
+            )
+            result["costs"][str(n)] = {"cost": paired["ratio"] - 1, "iqr": paired["iqr"]}
+    result["cost"] = max(c["cost"] for c in result["costs"].values())
     return result
+
+
+def _static_block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+    """``_normalized_block`` compiled by fxmlir for the size of ``x`` alone, checked."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_normalized_block, backend="fxmlir", dynamic=False)
+    assert measure.check(compiled(x, w, b), _normalized_block(x, w, b))["ok"], x.shape
+    return compiled
