@@ -288,9 +288,10 @@ fn lower_convolution<'c, 'a>(
     let (sum, read_sum) = if product {
         let product = if let Some(shifted) = shifted {
             // A cropped kernel has fewer taps than the tap-major weight the graph hands over.
-            let tap_major = match cropped_taps {
-                false => tap_major_weight(ctx, node, nd)?,
-                true => None,
+            let tap_major = if cropped_taps {
+                None
+            } else {
+                tap_major_weight(ctx, node, nd)?
             };
             let weight = (tap_major.as_ref(), &weight);
             shifted_products(ctx, &geometry, &padded, weight, acc, shifted.columns)?
