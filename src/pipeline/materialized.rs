@@ -19,7 +19,7 @@
 //! what they read, and nothing conflicts.
 
 use super::ir::builder::Builder;
-use super::ir::ops::{op_name as name, reassociation, sole_use};
+use super::ir::ops::{op_name as name, reassociation, sole_use, tensor_shape};
 use crate::error::{Error, Result};
 use melior::{
     Context,
@@ -95,7 +95,10 @@ fn placement<'c, 'a>(
     loop {
         let (user, index) = sole_use(value)?;
         match name(&user).as_str() {
-            "tensor.collapse_shape" | "tensor.expand_shape" if user.operand_count() == 1 => {
+            // Static shapes only: undoing a reshape of symbolic sizes would need them.
+            "tensor.collapse_shape" | "tensor.expand_shape"
+                if user.operand_count() == 1 && tensor_shape(value).is_some() =>
+            {
                 value = user.result(0).ok()?.into();
                 reshapes.push(user);
             }

@@ -229,11 +229,11 @@ const PARALLEL: Stage = Stage {
 /// Tensors to buffers, each empty tensor first split into one per use ([`empties`]: CSE
 /// merged them, and a shared one made bufferisation's analysis superlinear) and the reads of a
 /// tensor after its placement in a padded one pointed at the padded one ([`materialized`]:
-/// else the tensor is computed out of place and copied twice). Outputs whose
-/// producer the fusion stage pointed at the output buffer
-/// are computed in place; the others are copied into the caller's memrefs. A function that
-/// writes its result into an argument (a pairs product the schedule left a call) stops
-/// returning it (`drop-equivalent-buffer-results`), so the caller owns that buffer. Buffers
+/// else the tensor is computed out of place and copied twice). Outputs whose producer the
+/// fusion stage pointed at the output buffer are computed in place; the others are copied
+/// into the caller's memrefs. A function that writes its result into an argument (a pairs
+/// product the schedule left a call) stops returning it (`drop-equivalent-buffer-results`),
+/// so the caller owns that buffer. Buffers
 /// allocated in a sequential loop (a row group's per-row values, one set per block of rows)
 /// are allocated once before it (`buffer-loop-hoisting`; it leaves them inside a thread's
 /// `scf.forall` chunk). After the passes, expansions MLIR's memref lowering cannot take become
