@@ -160,6 +160,13 @@ impl Plan {
         self.sp / self.bc
     }
 
+    /// The keys the last key block computes: the block's keys up to the last real one, in
+    /// whole register tiles (197 keys in blocks of 128: 96, so 224 keys are computed, not 256).
+    /// The padding beyond stays in the packed operands, never read.
+    fn last_width(&self) -> i64 {
+        round_up(self.at.s - (self.key_blocks() - 1) * self.bc, self.nr())
+    }
+
     fn query_blocks(&self) -> i64 {
         self.lp / self.br
     }
@@ -842,19 +849,23 @@ fn block<'c, 'b>(
     } else {
         k.index(plan.key_blocks())?
     };
-    let state = k.each(blocks, 1, &state, |k, kb, c| {
-        let site = site.reused();
-        let x = x.reused();
-        let scores = block_scores(k, plan, &x, &site, kb, nth(c, 0)?)?;
-        let softmax = online_softmax(k, plan, scores, &c[2..])?;
-        // The products read the exponentials in f32, or their bf16 copy with pairs.
-        let (scores, alpha) = (nth(&softmax, 0)?, nth(&softmax, 3)?);
-        let probs = softmax.get(4).copied().unwrap_or(scores);
-        let acc = attend(k, plan, &x, &site, kb, probs, nth(c, 1)?, alpha)?;
-        let mut next = vec![scores, acc];
-        next.extend_from_slice(&softmax[1..]);
-        Ok(next)
+    // The blocks of `bc` keys, then a shorter last one (run when causality reaches it).
+    let width = plan.last_width();
+    let full = plan.key_blocks() - i64::from(width < bc);
+    let main = k.min_n(blocks, full)?;
+    let site = &site;
+    let state = k.each(main, 1, &state, |k, kb, c| {
+        key_block(k, plan, x, &site.reused(), (kb, bc), c)
     })?;
+    let state = if width < bc {
+        let rest = k.e.same("arith.subi", &[blocks, main])?;
+        k.each(rest, 1, &state, |k, first, c| {
+            let kb = k.add_n(first, full)?;
+            key_block(k, plan, x, &site.reused(), (kb, width), c)
+        })?
+    } else {
+        state
+    };
     let (tile, lse) = normalised(
         &k,
         plan,
@@ -866,14 +877,38 @@ fn block<'c, 'b>(
     Ok((tile, lse, bh, q0))
 }
 
-/// The key block `kb`'s scores of the query block: `q kᵀ` (the scale is in the packed keys),
-/// plus the mask, -inf where causality or padding hides the key; written into `scores`.
+/// One key block `kb` of `width` keys for the query block: its scores, the online softmax
+/// over them and the product with its values; `c` is the loop's state (the scores, the
+/// accumulator and the softmax's statistics), and so is the result.
+fn key_block<'c, 'b>(
+    k: &K<'_, 'c, 'b>,
+    plan: &Plan,
+    x: &Operands<'c, '_>,
+    site: &Site<'c, 'b>,
+    (kb, width): (Value<'c, 'b>, i64),
+    c: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>> {
+    let x = x.reused();
+    let scores = block_scores(k, plan, &x, site, (kb, width), nth(c, 0)?)?;
+    let softmax = online_softmax(k, plan, width, scores, &c[2..])?;
+    // The products read the exponentials in f32, or their bf16 copy with pairs.
+    let (scores, alpha) = (nth(&softmax, 0)?, nth(&softmax, 3)?);
+    let probs = softmax.get(4).copied().unwrap_or(scores);
+    let acc = attend(k, plan, &x, site, (kb, width), probs, nth(c, 1)?, alpha)?;
+    let mut next = vec![scores, acc];
+    next.extend_from_slice(&softmax[1..]);
+    Ok(next)
+}
+
+/// The key block `kb`'s scores of the query block over its first `width` keys: `q kᵀ` (the
+/// scale is in the packed keys), plus the mask, -inf where causality or padding hides the
+/// key; written into `scores`.
 fn block_scores<'c, 'b>(
     k: &K<'_, 'c, 'b>,
     plan: &Plan,
     x: &Operands<'c, 'b>,
     site: &Site<'c, 'b>,
-    kb: Value<'c, 'b>,
+    (kb, width): (Value<'c, 'b>, i64),
     scores: Value<'c, 'b>,
 ) -> Result<Value<'c, 'b>> {
     let (mr, nr, lanes) = (plan.mr, plan.nr(), plan.lanes);
@@ -882,7 +917,7 @@ fn block_scores<'c, 'b>(
     let result = k.upto(plan.br, mr, &[scores], |k, row, c| {
         let (site, x, kb) = (site.reused(), x.reused(), reuse(kb_outer));
         let row_outer = row;
-        k.upto(plan.bc, nr, &reused(c), |k, col, c| {
+        k.upto(width, nr, &reused(c), |k, col, c| {
             let (site, x, kb, row) = (site.reused(), x.reused(), reuse(kb), reuse(row_outer));
             let zero = k.splat(k.f32(0.0)?)?;
             let first = k.add(site.q0, row)?;
@@ -979,7 +1014,7 @@ fn masked<'c, 'b>(
     }
 }
 
-/// The online softmax over one key block, row by row: the new maxima, the scores replaced by
+/// The online softmax over the first `width` keys of one key block, row by row: the new maxima, the scores replaced by
 /// `exp(score - max)`, the sums rescaled by `alpha = exp(old max - new max)` plus the block's,
 /// and `alpha` for the accumulator. A row whose keys so far are all hidden keeps a maximum of
 /// -inf and is shifted by 0 instead, so its exponentials and its `alpha` are 0, never NaN.
@@ -988,12 +1023,13 @@ fn masked<'c, 'b>(
 fn online_softmax<'c, 'b>(
     k: &K<'_, 'c, 'b>,
     plan: &Plan,
+    width: i64,
     scores: Value<'c, 'b>,
     stats: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>> {
     let f32 = DType::Float32;
     let lanes = plan.lanes;
-    let chunks = plan.bc / lanes;
+    let chunks = width / lanes;
     let mut inits = vec![scores];
     inits.extend_from_slice(stats);
     let out = k.upto(plan.br, 1, &inits, |k, r, c| {
@@ -1051,16 +1087,16 @@ fn online_softmax<'c, 'b>(
     Ok(out)
 }
 
-/// The accumulator rescaled by each row's `alpha`, plus the key block's exponentials (`scores`,
-/// or with pairs their bf16 copy) times its values: register tiles of `mr` rows and two vectors
-/// of value columns.
+/// The accumulator rescaled by each row's `alpha`, plus the exponentials of the key block's
+/// first `width` keys (`scores`, or with pairs their bf16 copy) times their values: register
+/// tiles of `mr` rows and two vectors of value columns.
 #[allow(clippy::too_many_arguments)]
 fn attend<'c, 'b>(
     k: &K<'_, 'c, 'b>,
     plan: &Plan,
     x: &Operands<'c, 'b>,
     site: &Site<'c, 'b>,
-    kb: Value<'c, 'b>,
+    (kb, width): (Value<'c, 'b>, i64),
     scores: Value<'c, 'b>,
     acc: Value<'c, 'b>,
     alpha: Value<'c, 'b>,
@@ -1089,7 +1125,7 @@ fn attend<'c, 'b>(
             }
             let row_outer = row;
             let pairs = plan.pairs.is_some();
-            let steps = if pairs { plan.bc / 2 } else { plan.bc };
+            let steps = if pairs { width / 2 } else { width };
             let tile = k.rank_one_updates((steps, pairs), &tile, |k, j| {
                 let (site, x) = (site.reused(), x.reused());
                 let (j0, scores, col, row) =
