@@ -6,7 +6,8 @@
 //! the products are register tiles written as vector FMAs (`mr` rows x two vectors, broadcast
 //! left operand), the softmax is online (each key block rescales the accumulator by
 //! `exp(old max - new max)`). With causality, key blocks wholly above the block's last row are
-//! skipped.
+//! skipped. The last key block computes only its keys up to the last real one, in whole
+//! register tiles (197 keys: a block of 128, then 96).
 //!
 //! Operands are packed once per call, outside the loop, so that every read in the loop is a
 //! whole vector in bounds: the queries as `[B·H, Lp, E]` f32, the keys transposed, scaled and
