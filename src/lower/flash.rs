@@ -854,7 +854,6 @@ fn block<'c, 'b>(
     let width = plan.last_width();
     let full = plan.key_blocks() - i64::from(width < bc);
     let main = k.min_n(blocks, full)?;
-    let site = &site;
     let state = k.each(main, 1, &state, |k, kb, c| {
         key_block(k, plan, x, &site.reused(), (kb, bc), c)
     })?;
