@@ -19,6 +19,19 @@ irdl.dialect @fxmlir {
     irdl.attributes {"decomposition" = %decomposition}
   }
 
+  // `left @ right` in f32 with `left` (m x k) and `right` in panels of `w` columns
+  // (panels x k x w, `panels[j / w, k, j % w] = right[k, j]`): `torch.ops.fxmlir.mm_panels`,
+  // which the f32 weight panels pass writes.
+  irdl.operation @mm_panels {
+    %left = irdl.base "!builtin.tensor"
+    %panels = irdl.base "!builtin.tensor"
+    %product = irdl.base "!builtin.tensor"
+    %decomposition = irdl.base "#builtin.symbol_ref"
+    irdl.operands(left: %left, panels: %panels)
+    irdl.results(product: %product)
+    irdl.attributes {"decomposition" = %decomposition}
+  }
+
   // A convolution of a bf16 input (n x c x spatial...) with a weight packed as bf16 pairs
   // (out x c / 2 x kernel... x 2), accumulated in f32: `torch.ops.fxmlir.conv_pairs`.
   irdl.operation @conv_pairs {

@@ -742,6 +742,17 @@ fn shifted_convolution(
         }))
 }
 
+/// The panel width (columns) in which the weight (`k x n`) of an f32 product of `m` rows is
+/// handed to the kernel for the target `spec` names with `threads` threads, or `None` to keep
+/// the product as it is: `fxmlir.passes.panels` rewrites such products into
+/// `fxmlir.mm_panels` on the weight in panels (see `fxmlir::pipeline::schedule::weight_panels`).
+#[pyfunction]
+#[pyo3(signature = (m, k, n, target = "host", threads = 1))]
+fn weight_panels(m: i64, k: i64, n: i64, target: &str, threads: usize) -> PyResult<Option<i64>> {
+    let target = parse_target(target, threads)?;
+    Ok(crate::pipeline::schedule::weight_panels(m, k, n, &target))
+}
+
 /// The permutations of a convolution weight `[cout, c, k…]` of `nd` spatial dimensions into
 /// its tap-major layout `[k…, cout, c]` and back.
 #[pyfunction]
@@ -831,6 +842,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(widened_product, m)?)?;
     m.add_function(wrap_pyfunction!(shifted_convolution, m)?)?;
     m.add_function(wrap_pyfunction!(tap_major_permutations, m)?)?;
+    m.add_function(wrap_pyfunction!(weight_panels, m)?)?;
     m.add_function(wrap_pyfunction!(fma_peak, m)?)?;
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! Decisions the lowering and the pipeline share: the layout of bf16 pair products (built by
-//! the lowering, recognised by the schedule), the vector width they come in, and the work
+//! Decisions the lowering and the pipeline share: the layouts of bf16 pair products and of f32
+//! products by a weight in panels (built by the lowering, recognised by the schedule), the
+//! vector width pairs come in, and the work
 //! below which an op stays on one thread. A leaf, so that neither layer reaches into the
 //! other for them.
 
@@ -10,6 +11,12 @@ pub const PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affi
 /// The same over a batch (loops `batch, m, n, k, pair`): bf16 batched products of two
 /// computed operands, such as attention's (see `lower::products::computed_pairs`).
 pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]";
+
+/// The indexing maps of `fxmlir.mm_panels`' `linalg.contract` (loops `m, panel, column, k`):
+/// the left operand `m x k`, the right one in panels of whole register tiles of columns
+/// (`panels x k x columns`, `panels[j / w, k, j % w] = right[k, j]`), the result `m x panels x
+/// columns` (`m x n` in memory).
+pub const PANEL_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d3)>, affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]";
 
 /// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
 /// the columns of a pairs product's register tile come in groups of this many, and its right

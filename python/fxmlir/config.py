@@ -123,6 +123,15 @@ class Config:
         default_factory=lambda: os.environ.get("FXMLIR_WIDEN", "1") != "0"
     )
 
+    #: Keep the f32 weights of large products in panels, the layout the kernel's register
+    #: tiles read them in (``fxmlir.passes.panels``), made once with the hoisted values: the
+    #: kernel reads them where they lie instead of copying each block of them into panels on
+    #: every call. Off, the weights keep only their own layout (``FXMLIR_PANELS``; ``0`` turns
+    #: it off).
+    panels: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FXMLIR_PANELS", "1") != "0"
+    )
+
     #: Compile a graph with symbolic sizes (``torch.compile(dynamic=True)``, ``mark_dynamic``,
     #: Dynamo's automatic dynamic shapes) once, into a kernel that serves every size its
     #: symbols take, when every op of it takes symbolic sizes (``_fxmlir.dynamic_ops()``);

@@ -1,11 +1,14 @@
 """fxmlir's own ops, ``torch.ops.fxmlir.*``: the bf16 products on operands packed in pairs
-along the reduction, which AVX512-BF16's dot product multiplies (``vdpbf16ps``).
+along the reduction, which AVX512-BF16's dot product multiplies (``vdpbf16ps``), and the f32
+product by a right operand in panels of register tile columns.
 
 ``fxmlir::mm_pairs(a, pairs)`` is ``a @ b`` with ``b`` packed as ``pairs[k // 2, n, k % 2] =
 b[k, n]``; ``fxmlir::conv_pairs(x, pairs, stride, padding, dilation)`` is a convolution without
 groups by a weight packed in pairs of input channels. Both return the f32 accumulator. The
-rewrite that packs weights so is :mod:`fxmlir.passes.bf16_pairs`; the kernel's lowering of
-each is native (``src/lower/linear.rs``, ``src/lower/conv.rs``). Each op has an eager
+rewrite that packs weights so is :mod:`fxmlir.passes.bf16_pairs`.
+``fxmlir::mm_panels(a, panels)`` is the f32 ``a @ b`` with ``b`` (``k x n``) given as
+``panels[j // w, k, j % w] = b[k, j]``, written by :mod:`fxmlir.passes.panels`. The kernel's
+lowering of each is native (``src/lower/linear.rs``, ``src/lower/conv.rs``). Each op has an eager
 implementation here, which runs where the op is left to PyTorch (a partition's eager part),
 and a fake one, with which graphs holding it are traced.
 
@@ -18,10 +21,14 @@ import torch
 
 
 def register() -> None:
-    """Defines ``fxmlir::mm_pairs`` and ``fxmlir::conv_pairs`` with their eager and fake
-    implementations, each unless it is defined already: torch refuses to define an op twice in
+    """Defines ``fxmlir::mm_pairs``, ``fxmlir::conv_pairs`` and ``fxmlir::mm_panels`` with their
+    eager and fake implementations, each unless it is defined already: torch refuses to define an op twice in
     one process, and an op outlives the module that defined it (a reload)."""
-    ops = (("mm_pairs", _mm_pairs, _mm_pairs_fake), ("conv_pairs", _conv_pairs, _conv_pairs_fake))
+    ops = (
+        ("mm_pairs", _mm_pairs, _mm_pairs_fake),
+        ("conv_pairs", _conv_pairs, _conv_pairs_fake),
+        ("mm_panels", _mm_panels, _mm_panels_fake),
+    )
     for name, eager, fake in ops:
         if not hasattr(torch.ops.fxmlir, name):
             torch.library.custom_op(f"fxmlir::{name}", eager, mutates_args=()).register_fake(fake)
@@ -55,6 +62,30 @@ def _check_mm_pairs(a: torch.Tensor, pairs: torch.Tensor) -> None:
 def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     _check_mm_pairs(a, pairs)
     return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
+
+
+def _mm_panels(a: torch.Tensor, panels: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` for float32 ``a`` (m x k) and ``b`` (k x n) given as ``panels`` (n / w x k x
+    w, ``panels[j // w, k, j % w] = b[k, j]``)."""
+    _check_mm_panels(a, panels)
+    count, k, width = panels.shape
+    return a @ panels.permute(1, 0, 2).reshape(k, count * width)
+
+
+def _check_mm_panels(a: torch.Tensor, panels: torch.Tensor) -> None:
+    torch._check(
+        a.dtype == torch.float32 and panels.dtype == torch.float32,
+        lambda: f"mm_panels takes float32 operands, got {a.dtype} and {panels.dtype}",
+    )
+    torch._check(
+        a.dim() == 2 and panels.dim() == 3 and a.shape[1] == panels.shape[1],
+        lambda: f"mm_panels: shapes {list(a.shape)} and {list(panels.shape)} do not match",
+    )
+
+
+def _mm_panels_fake(a: torch.Tensor, panels: torch.Tensor) -> torch.Tensor:
+    _check_mm_panels(a, panels)
+    return a.new_empty((a.shape[0], panels.shape[0] * panels.shape[2]))
 
 
 def _conv_pairs(

@@ -1,12 +1,12 @@
 //! Matrix products: `mm`, `bmm`, `addmm`, grouped products (mixture-of-experts layers) and
-//! fxmlir's own `mm_pairs`. Contractions become linalg named ops, accumulating half types in
+//! fxmlir's own `mm_pairs` and `mm_panels`. Contractions become linalg named ops, accumulating half types in
 //! f32 as PyTorch's CPU kernels do (built in `products`, which attention and convolution
 //! share); epilogues (bias, scaling) are elementwise generics that the fusion stage folds into
 //! the consumer.
 
 use super::elements::{extract, index_to_i64, linalg_index, to_index};
 use super::loops::{fill_rows, for_loop, nth, reuse};
-use super::products::{contract, pair_product};
+use super::products::{contract, pair_product, panel_product};
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node, dims};
@@ -37,6 +37,14 @@ pub(super) fn register(r: &mut Registry) {
             attributes: |_, _| Ok(vec![]),
         },
         lower_pairs,
+    );
+    r.add_whole(
+        "fxmlir.mm_panels.default",
+        Whole {
+            op: "fxmlir.mm_panels",
+            attributes: |_, _| Ok(vec![]),
+        },
+        lower_panels,
     );
     for op in GROUPED {
         r.add(op, lower_grouped);
@@ -270,6 +278,30 @@ fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
     let a = ctx.reshape(&a, &[m, pairs.shape[0], 2])?;
     let product = pair_product(ctx, &a, &pairs)?;
     Ok(vec![ctx.cast(&product, out.dtype)?.value])
+}
+
+/// `fxmlir.mm_panels(a, panels)`: `a` (m x k, f32) times a right operand in panels of `w`
+/// columns (`panels[j / w, k, j % w]` holds `b[k, j]`), in f32. The panels are the layout the
+/// schedule's register tiles read the right operand in, and a panel's rows follow one another
+/// in memory, so the tiles read them where they lie; `fxmlir.passes.panels` hands weights
+/// over so, in the part of the graph that `fxmlir.passes.hoist` takes out of the kernel.
+fn lower_panels<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
+    let a = ctx.tensor(node, 0)?;
+    let panels = ctx.tensor(node, 1)?;
+    if a.dtype != DType::Float32 || panels.dtype != DType::Float32 {
+        return fail(format!(
+            "mm_panels takes float32 operands, got {} and {}",
+            a.dtype.name(),
+            panels.dtype.name()
+        ));
+    }
+    if a.rank() != 2 || panels.rank() != 3 || panels.shape[1] != a.shape[1] {
+        return fail(format!(
+            "mm_panels: the right operand of a left one of shape {:?} must be panels x k x width, got {:?}",
+            a.shape, panels.shape
+        ));
+    }
+    Ok(vec![panel_product(ctx, &a, &panels)?.value])
 }
 
 fn lower_product<'c, 'a>(

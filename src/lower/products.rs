@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::graph::{DType, dims};
 use crate::pipeline::ir::maps::affine_map;
 use crate::target::Target;
-use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS};
+use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, PANEL_MAPS};
 
 /// The f32 product of `a` (`[batch,] m x k x 2`) and `pairs` (`[batch,] k x n x 2`), both
 /// bf16, whose last dimension pairs adjacent steps of the reduction: the `linalg.contract` over
@@ -41,6 +41,33 @@ pub(super) fn pair_product<'c, 'a>(
         shape,
         dtype: DType::Float32,
     })
+}
+
+/// The f32 product of `a` (`m x k`) and `panels` (`p x k x w`, the right operand in panels of
+/// `w` columns), both f32: the `linalg.contract` over [`PANEL_MAPS`] into `m x p x w`, which
+/// the schedule tiles reading each panel where it lies, reshaped to the `m x (p * w)` it is
+/// in memory.
+pub(super) fn panel_product<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    a: &Tensor<'c, 'a>,
+    panels: &Tensor<'c, 'a>,
+) -> Result<Tensor<'c, 'a>> {
+    let (m, p, w) = (a.shape[0], panels.shape[0], panels.shape[2]);
+    let shape = [m, p, w];
+    let zero = ctx.e.splat(&shape, DType::Float32, Scalar::Int(0))?;
+    let maps = ctx.e.attr(PANEL_MAPS)?;
+    let value = ctx.e.named_linalg(
+        "linalg.contract",
+        &[a.value, panels.value],
+        zero,
+        &[("indexing_maps", maps)],
+    )?;
+    let product = Tensor {
+        value,
+        shape: shape.to_vec(),
+        dtype: DType::Float32,
+    };
+    ctx.reshape(&product, &[m, dims::product(&[p, w])?])
 }
 
 /// `t` with dimension `dim` padded with zeros to a multiple of `multiple`.

@@ -23,7 +23,7 @@ from typing import Any
 import torch.fx
 
 from ..config import Config
-from . import bf16_pairs, hoist, parts, skew, taps, widen
+from . import bf16_pairs, hoist, panels, parts, skew, taps, widen
 
 
 def run(
@@ -54,12 +54,16 @@ def run(
     2. :func:`.widen.widen_weights` (``config.widen``): half-precision products by a weight
        the kernel would widen become f32 products of a widened copy. Before skew, which must
        see the copy's rows (a 1024-column f16 weight has rows of 2 KiB, its f32 copy of 4).
-    3. :func:`.skew.skew_weights`: a weight whose rows are a multiple of 4 KiB is read through
+    3. :func:`.panels.panel_weights` (``config.panels``): f32 products by a weight that the
+       kernel would copy into panels on every call become products on the weight in panels.
+       After widening, whose f32 copies it takes; before skew, whose padded rows the panels
+       have no need of.
+    4. :func:`.skew.skew_weights`: a weight whose rows are a multiple of 4 KiB is read through
        longer rows, a view (kept in the kernel) of a padded copy.
-    4. :func:`.taps.tap_major_weights`: a convolution computed as one product per kernel tap
+    5. :func:`.taps.tap_major_weights`: a convolution computed as one product per kernel tap
        reads its weight tap-major, a view (kept in the kernel) of a transposed copy. After
        widening, whose f32 copy of a half-precision weight it transposes.
-    5. :func:`.hoist.hoist`: what the graph computes from weights alone, the copies above
+    6. :func:`.hoist.hoist`: what the graph computes from weights alone, the copies above
        included, is computed once, outside the kernel.
     """
     if not config.hoist:
@@ -73,6 +77,8 @@ def run(
     if bf16_pairs.pack_weights(gm, split, target):
         split = hoist.Split(gm, static)
     if config.widen and widen.widen_weights(gm, split, target):
+        split = hoist.Split(gm, static)
+    if config.panels and panels.panel_weights(gm, split, target):
         split = hoist.Split(gm, static)
     if skew.skew_weights(gm, split):
         split = hoist.Split(gm, static)

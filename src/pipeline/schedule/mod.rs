@@ -27,6 +27,7 @@ mod script;
 
 use isolate::{isolate, merge_identical};
 pub use model::Element;
+pub use plan::weight_panels;
 use plan::{plan_products, scalar_products};
 use script::emit;
 

@@ -16,6 +16,10 @@ pub enum Element {
     /// `fxmlir.mm_pairs`' contraction: bf16 operands in pairs along the reduction (each step
     /// of `k` is one pair), accumulated in f32 by AVX512-BF16's dot product.
     Bf16Pairs,
+    /// `fxmlir.mm_panels`' contraction: f32 operands, the right one in panels of one register
+    /// tile's columns (see [`crate::tuning::PANEL_MAPS`]), which the register tiles read where
+    /// they lie: it is never packed.
+    F32Panels,
 }
 
 impl Element {
@@ -32,6 +36,19 @@ impl Element {
             Element::F32 => "f32",
             Element::F64 => "f64",
             Element::Bf16Pairs => "bf16 pairs",
+            Element::F32Panels => "f32 panels",
+        }
+    }
+
+    /// The columns a thread chunk's width must be a multiple of, given the `lanes` of a
+    /// vector: a pairs product's tiles are whole `PAIR_LANES` columns, a panels product's
+    /// whole panels (two vectors; 1,008 columns are not cut in two 504s, whose rest would be 8
+    /// columns wide).
+    fn column_granule(self, lanes: i64) -> i64 {
+        match self {
+            Element::Bf16Pairs => PAIR_LANES,
+            Element::F32Panels => 2 * lanes,
+            Element::F32 | Element::F64 => 1,
         }
     }
 
@@ -39,7 +56,7 @@ impl Element {
     /// accumulates into one f32).
     pub fn bytes(self) -> i64 {
         match self {
-            Element::F32 | Element::Bf16Pairs => 4,
+            Element::F32 | Element::Bf16Pairs | Element::F32Panels => 4,
             Element::F64 => 8,
         }
     }
@@ -322,8 +339,10 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
             cut(lead + 1, n, Problem { n, ..*p }, false)
         })
     };
-    let by_columns =
-        columns(!p.dynamic_columns && p.n % threads == 0 && (p.n / threads) % lanes == 0);
+    let granule = p.element.column_granule(lanes);
+    let by_columns = columns(
+        !p.dynamic_columns && p.n % threads == 0 && (p.n / threads) % lanes.max(granule) == 0,
+    );
     if p.dynamic_rows {
         let m = (p.m / threads).max(1);
         return by_columns.unwrap_or_else(|| by_threads(lead, Problem { m, ..*p }));
@@ -340,13 +359,7 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
     // A product that streams its right operand with too few rows to cut (a matrix-vector
     // product, bound by memory) takes equal column chunks of any width of a vector or more
     // (688 columns: 344 each, the tiles ending in narrower ones): each thread streams half.
-    // A pairs product's tiles are whole `PAIR_LANES` columns, and so must its chunks be
-    // (1,008 columns are not cut in two 504s, whose rest would be 8 columns wide).
-    let granule = if p.element == Element::Bf16Pairs {
-        PAIR_LANES
-    } else {
-        1
-    };
+    // A pairs or panels product's chunks are whole tiles (see `Element::column_granule`).
     let streaming = columns(
         !p.dynamic_columns && streams && p.n % (threads * granule) == 0 && p.n / threads >= lanes,
     );

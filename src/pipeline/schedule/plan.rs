@@ -5,7 +5,7 @@ use super::model::*;
 use crate::pipeline::ir::maps::elementwise_maps;
 use crate::pipeline::ir::ops::{op_name, raw_value, tensor_dims, tensor_sizes};
 use crate::target::Target;
-use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, SYMBOLIC_PLANNING_SIZE};
+use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, PANEL_MAPS, SYMBOLIC_PLANNING_SIZE};
 use melior::ir::{
     Module,
     operation::{OperationLike, WalkOrder, WalkResult},
@@ -38,7 +38,7 @@ impl PlannedProduct {
     }
 
     /// Whether a blocked part of `rows` rows and `nr`-column register tiles packs its right
-    /// operand: not a pairs product (its operand is packed by the lowering already), not a
+    /// operand: not a pairs or panels product (its operand is packed already), not a
     /// narrower column part, and only for enough rows that each panel is read by several
     /// register tiles. Fewer rows do not repay the copy (a one-row product reads the right
     /// operand once: packing it triples the traffic) nor its compile time: resnet18's 17
@@ -54,7 +54,7 @@ impl PlannedProduct {
             None if p.dynamic_rows => self.tiles.mr,
             None => UNBLOCKED_PACK_MIN_TILES * self.tiles.mr,
         };
-        p.element != Element::Bf16Pairs
+        !matches!(p.element, Element::Bf16Pairs | Element::F32Panels)
             && !p.dynamic_columns
             && !p.dynamic_reduction
             && nr == self.tiles.nr
@@ -74,6 +74,28 @@ impl PlannedProduct {
     /// products or rows cut across threads (a chunk's rows may then be symbolic).
     pub(super) fn peeled_rest(&self) -> Option<TileSplit> {
         peeled_rest(&self.problem, self.chunks.as_ref(), &self.tiles)
+    }
+
+    /// `sizes` over the loops `[batch,] m, n[, k]` as sizes over the contraction's own loops: a
+    /// panels product's columns are two loops, the panels (a size counts whole panels of
+    /// `tiles.nr` columns) and the columns of one (never tiled).
+    pub(super) fn loop_sizes(&self, sizes: &[i64]) -> Vec<i64> {
+        let mut sizes = sizes.to_vec();
+        if self.problem.element == Element::F32Panels {
+            sizes[1] /= self.tiles.nr;
+            sizes.insert(2, 0);
+        }
+        sizes
+    }
+
+    /// The position `at` along the columns as one along the contraction's column loop (whole
+    /// panels for a panels product).
+    pub(super) fn column_position(&self, at: i64) -> i64 {
+        if self.problem.element == Element::F32Panels {
+            at / self.tiles.nr
+        } else {
+            at
+        }
     }
 
     /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
@@ -311,8 +333,89 @@ pub(super) fn pairs_problem(op: &melior::ir::OperationRef) -> Option<Problem> {
     })
 }
 
-/// Records every operation of `module`.
-pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
+/// The problem of a panels contraction ([`PANEL_MAPS`]): f32 operands of `m x k` and `panels
+/// x k x w` and an `m x panels x w` accumulator, all sizes fixed, when `w` is the width of
+/// the register tiles the schedule gives `target`'s f32 products (two vectors); else `None`,
+/// and the product keeps the scalar path.
+pub(super) fn panels_problem(op: &melior::ir::OperationRef, target: &Target) -> Option<Problem> {
+    let maps = op.attribute("indexing_maps").ok()?.to_string();
+    if op.operand_count() != 3 || op.result_count() != 1 || maps != PANEL_MAPS {
+        return None;
+    }
+    let (a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_sizes(op.operand(1).ok()?)?;
+    let (c, tc) = tensor_sizes(op.operand(2).ok()?)?;
+    if (ta.as_str(), tb.as_str(), tc.as_str()) != ("f32", "f32", "f32") {
+        return None;
+    }
+    let (&[Some(m), Some(k)], &[Some(panels), Some(k2), Some(w)], &[Some(m2), Some(p2), Some(w2)]) =
+        (a.as_slice(), b.as_slice(), c.as_slice())
+    else {
+        return None;
+    };
+    let fits = k == k2 && m == m2 && panels == p2 && w == w2 && w == panel_width(target);
+    (fits && m > 0 && k > 0 && panels > 0).then_some(Problem {
+        batch: None,
+        m,
+        n: panels * w,
+        k,
+        element: Element::F32Panels,
+        operand: "f32",
+        dynamic_batch: false,
+        dynamic_rows: false,
+        dynamic_columns: false,
+        dynamic_reduction: false,
+    })
+}
+
+/// The columns of one panel of an f32 right operand on `target`: its f32 register tiles'.
+pub fn panel_width(target: &Target) -> i64 {
+    2 * (target.vector_bytes() / Element::F32.bytes()).max(1)
+}
+
+/// The panel width for an f32 product of `m x k` by a weight of `k x n` on `target` (with
+/// its threads) when the weight is better handed to the kernel in panels
+/// (`fxmlir.mm_panels`, [`PANEL_MAPS`]): when the schedule would cut the product into
+/// reduction blocks and copy each block of the weight into panels on every call, and `n` is
+/// whole panels. Else `None`: the product stays as it is.
+pub fn weight_panels(m: i64, k: i64, n: i64, target: &Target) -> Option<i64> {
+    let width = panel_width(target);
+    if m <= 0 || k <= 0 || n <= 0 || n % width != 0 {
+        return None;
+    }
+    let problem = Problem {
+        batch: None,
+        m,
+        n,
+        k,
+        element: Element::F32,
+        operand: "f32",
+        dynamic_batch: false,
+        dynamic_rows: false,
+        dynamic_columns: false,
+        dynamic_reduction: false,
+    };
+    let chunks = chunks(&problem, target.threads as i64, target);
+    let tiles = choose_tiles(chunks.as_ref().map_or(&problem, |c| &c.chunk), target);
+    let planned = PlannedProduct {
+        op: 0,
+        problem,
+        chunks,
+        tiles,
+        epilogue: None,
+        fill_init: true,
+        only_fill_fusable: true,
+    };
+    let packs = tiles.kc.is_some() && tiles.nr == width && planned.packs(planned.rows(), width);
+    let whole_chunks = planned
+        .chunks
+        .as_ref()
+        .is_none_or(|c| c.chunk.n % width == 0);
+    (packs && whole_chunks).then_some(width)
+}
+
+/// Records every operation of `module`; `target` decides which panels products it plans.
+pub(super) fn analyse(module: &Module, target: &Target) -> (Vec<usize>, HashMap<usize, OpInfo>) {
     let mut order = Vec::new();
     let mut ops = HashMap::new();
     module.as_operation().walk(WalkOrder::PreOrder, |op| {
@@ -335,7 +438,9 @@ pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
         match name.as_str() {
             "linalg.matmul" => info.problem = contraction_problem(&op, false),
             "linalg.batch_matmul" => info.problem = contraction_problem(&op, true),
-            "linalg.contract" => info.problem = pairs_problem(&op),
+            "linalg.contract" => {
+                info.problem = pairs_problem(&op).or_else(|| panels_problem(&op, target))
+            }
             "linalg.generic" => info.elementwise = elementwise_maps(&op),
             _ => {}
         }
@@ -350,7 +455,7 @@ pub(super) fn analyse(module: &Module) -> (Vec<usize>, HashMap<usize, OpInfo>) {
 /// Finds the contractions to schedule and their tiles and epilogues.
 pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProduct> {
     let threads = target.threads as i64;
-    let (order, ops) = analyse(module);
+    let (order, ops) = analyse(module, target);
     // value -> (user op, operand index) for every use.
     let mut uses: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
     // value -> defining op.
@@ -393,7 +498,9 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         // result of the same shape: tile it and pull the product into its loop.
         let peels = peeled_rest(&problem, chunks.as_ref(), &tiles).is_some();
         let epilogue = (|| {
+            // A panels product's result is read through the reshape back to `m x n`.
             if pairs
+                || problem.element == Element::F32Panels
                 || problem.dynamic_columns
                 || tiles.kc.is_some()
                 || tiles.m_split.is_some() && !peels

@@ -102,13 +102,14 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     let mut main = format!("%c{id}");
     let mut column_parts = Vec::new();
     if let Some(s) = t.n_split {
-        let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, s.at)?;
+        let at = p.column_position(s.at);
+        let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, at)?;
         main = match main_part {
             Some(c) => {
                 writeln!(
                     out,
                     "    %cm{id}, %wm{id} = transform.structured.tile_using_forall {head} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})",
-                    list(&c.sizes)
+                    list(&p.loop_sizes(&c.sizes))
                 )?;
                 format!("%cm{id}")
             }
@@ -116,7 +117,8 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         };
         match t.n_tail {
             Some(tail) => {
-                let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, tail.at)?;
+                let at = p.column_position(tail.at);
+                let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, at)?;
                 column_parts.push((vector, tail.at, None));
                 column_parts.push((last, tail.rest, None));
             }
@@ -129,7 +131,8 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     };
     match t.nc {
         Some(b) if b.covers < main_columns => {
-            let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, b.covers)?;
+            let at = p.column_position(b.covers);
+            let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, at)?;
             column_parts.insert(0, (rest, t.nr, None));
             column_parts.insert(0, (blocked, t.nr, Some(b.size)));
         }
@@ -142,7 +145,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
         if let Some(kc) = t.kc {
-            let sizes = with_lead(&[0, nc.unwrap_or(0), kc]);
+            let sizes = p.loop_sizes(&with_lead(&[0, nc.unwrap_or(0), kc]));
             let loops = sizes.iter().filter(|&&s| s != 0).count();
             writeln!(
                 out,
@@ -157,7 +160,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     .enumerate()
             {
                 let part = format!("{name}_{r}");
-                let sizes = with_zero(&[mr, *nr, 0]);
+                let sizes = p.loop_sizes(&with_zero(&[mr, *nr, 0]));
                 writeln!(
                     out,
                     "    %t{part}, %tl{part}:2 = transform.structured.tile_using_for {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
@@ -277,7 +280,7 @@ pub(super) fn emit_chunks(
         } else {
             "tile_sizes"
         },
-        list(&chunks.sizes)
+        list(&p.loop_sizes(&chunks.sizes))
     );
     let containing = if p.epilogue.is_some() {
         writeln!(
@@ -415,6 +418,23 @@ pub(super) fn emit_pair_lanes(
     )
 }
 
+/// A panels product's register tile (`%k<part>`, one step of the reduction, of more than one
+/// row) as the `linalg.matmul` it is: its one panel's unit dimension dropped (the panel read
+/// as a `k x nr` slice), so that it vectorises to the same contraction of two-dimensional
+/// vectors as any product's register tile. (A one-row tile vectorises with both unit
+/// dimensions leading, which `cast_away_vector_leading_one_dim` drops.)
+fn emit_panel_matmul(out: &mut String, part: &str) -> std::fmt::Result {
+    writeln!(
+        out,
+        "    %g{part} = transform.structured.generalize %k{part} : ({ANY}) -> {ANY}
+    transform.apply_patterns to %kl{part} {{
+      transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices
+    }} : {ANY}
+    %gm{part} = transform.structured.match ops{{[\"linalg.generic\"]}} in %kl{part} : ({ANY}) -> {ANY}
+    %sm{part} = transform.structured.specialize %gm{part} : ({ANY}) -> {ANY}"
+    )
+}
+
 /// What [`emit_register_tiles`] made: the handles of the outermost loop and of the product's
 /// register tile, and whether the fill was fused into the tile loops.
 pub(super) struct RegisterTiles {
@@ -453,7 +473,10 @@ pub(super) fn emit_register_tiles(
         )?;
         (format!("%e{part}"), [lead, &[mr, nr]].concat())
     } else {
-        (handle.to_string(), [lead, &[mr, nr, 0]].concat())
+        (
+            handle.to_string(),
+            p.loop_sizes(&[lead, &[mr, nr, 0]].concat()),
+        )
     };
     let loops = sizes.iter().filter(|&&s| s != 0).count();
     // Without an epilogue the fill is the loop's destination: only `structured.fuse` reaches
@@ -534,9 +557,12 @@ pub(super) fn emit_tile_reduction(
     (mr, nr): (i64, i64),
 ) -> Result<String, std::fmt::Error> {
     let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
-    emit_reduction_tile(out, part, tile, &[zero, &[0, 0, p.tiles.ku]].concat())?;
-    if p.problem.element == Element::Bf16Pairs {
-        emit_pair_lanes(out, part, zero, (mr, nr))?;
+    let sizes = p.loop_sizes(&[zero, &[0, 0, p.tiles.ku]].concat());
+    emit_reduction_tile(out, part, tile, &sizes)?;
+    match p.problem.element {
+        Element::Bf16Pairs => emit_pair_lanes(out, part, zero, (mr, nr))?,
+        Element::F32Panels if mr > 1 => emit_panel_matmul(out, part)?,
+        _ => {}
     }
     Ok(format!("%kl{part}"))
 }
@@ -640,7 +666,7 @@ pub(super) fn emit_peel(
     %tq{part}, %tql{part} = transform.structured.{} %tr{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
     transform.apply_dce to %pr{part} : {ANY}",
             if fused { "fuse" } else { "tile_using_for" },
-            list(&[zero, &one[..]].concat()),
+            list(&p.loop_sizes(&[zero, &one[..]].concat())),
         )?;
     }
     let rest_rows = match peel {

@@ -1,0 +1,74 @@
+"""f32 matrix products by a weight, the weight handed to the kernel in panels: the layout the
+schedule's register tiles read it in.
+
+A large product's schedule cuts the reduction into blocks and, as each block begins, copies
+the block of the right operand into panels, one per register tile of columns (``w`` of them:
+two vectors), each panel's rows one after another. The tiles then read a panel as one stream
+from L2. For a weight that copy is the same on every call: 10-17% of the products of a BERT
+or ViT layer, half of it waiting on memory, since the copy reads a few hundred bytes from
+each of hundreds of rows kilobytes apart, which no hardware prefetcher follows.
+
+So before hoisting, each f32 ``mm`` / ``addmm`` whose right operand ``b`` (``k x n``) the graph
+computes from parameters alone (a linear layer's ``t(weight)``), where the schedule would copy
+it so (``_fxmlir.weight_panels`` says when, and the width ``w``), becomes
+
+    panels = clone(permute(view(b, [k, n // w, w]), [1, 0, 2]))   # weight-only: hoisted
+    out = mm_panels(a, panels) [+ bias]
+
+``panels[j // w, k, j % w] = b[k, j]``: :mod:`fxmlir.passes.hoist` computes it once, outside the
+kernel, and the kernel's register tiles read each panel where it lies (``fxmlir.mm_panels`` in
+``src/lower/linear.rs``). Products whose sizes are symbolic or whose width is no multiple of
+``w`` keep the plain product.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from .. import _fxmlir
+from . import hoist
+from .rewriting import chain, fake_val, replace, weight_products
+
+aten = torch.ops.aten
+
+
+def panel_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "host") -> int:
+    """Rewrites the f32 products of ``gm`` whose weight is weight-only (one of the
+    ``static_nodes`` of ``split``, the analysis of ``gm``) into products on the weight in
+    panels, where the kernel for the CPU ``target`` names would copy it into panels on every
+    call (see the module docs); returns how many."""
+    graph = gm.graph
+    threads = torch.get_num_threads()
+    rewritten = 0
+    for node, a, b, bias in weight_products(gm, split.static_nodes):
+        va, vb = fake_val(a), fake_val(b)
+        if (
+            va is None
+            or vb is None
+            or va.dtype != torch.float32
+            or vb.dtype != torch.float32
+            or va.dim() != 2
+            or vb.dim() != 2
+            or not all(isinstance(d, int) for d in (*va.shape, *vb.shape))
+        ):
+            continue
+        m, k = va.shape
+        n = vb.shape[1]
+        width = _fxmlir.weight_panels(m, k, n, target, threads)
+        if width is None:
+            continue
+        with graph.inserting_before(node):
+            steps = [
+                (aten.view.default, (b, [k, n // width, width]), {}),
+                (aten.permute.default, (None, [1, 0, 2]), {}),
+                (aten.clone.default, (None,), {"memory_format": torch.contiguous_format}),
+                (torch.ops.fxmlir.mm_panels.default, (a, None), {}),
+            ]
+            product = chain(graph, node, steps)
+        replace(graph, node, product, bias)
+        rewritten += 1
+    if rewritten:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return rewritten
