@@ -22,8 +22,8 @@ import torch
 
 def register() -> None:
     """Defines ``fxmlir::mm_pairs``, ``fxmlir::conv_pairs`` and ``fxmlir::mm_panels`` with their
-    eager and fake implementations, each unless it is defined already: torch refuses to define an op twice in
-    one process, and an op outlives the module that defined it (a reload)."""
+    eager and fake implementations, each unless it is defined already: torch refuses to define
+    an op twice in one process, and an op outlives the module that defined it (a reload)."""
     ops = (
         ("mm_pairs", _mm_pairs, _mm_pairs_fake),
         ("conv_pairs", _conv_pairs, _conv_pairs_fake),

@@ -301,7 +301,19 @@ fn lower_panels<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<V
             a.shape, panels.shape
         ));
     }
-    Ok(vec![panel_product(ctx, &a, &panels)?.value])
+    let product = panel_product(ctx, &a, &panels)?;
+    let out = ctx.out(0)?;
+    if out.shape != product.shape || out.dtype != DType::Float32 {
+        return fail(format!(
+            "mm_panels: the product of {:?} by panels {:?} is float32 {:?}, the node says {} {:?}",
+            a.shape,
+            panels.shape,
+            product.shape,
+            out.dtype.name(),
+            out.shape
+        ));
+    }
+    Ok(vec![product.value])
 }
 
 fn lower_product<'c, 'a>(
