@@ -19,15 +19,16 @@ irdl.dialect @fxmlir {
     irdl.attributes {"decomposition" = %decomposition}
   }
 
-  // `left @ right` in f32 with `left` (m x k) and `right` in panels of `w` columns
-  // (panels x k x w, `panels[j / w, k, j % w] = right[k, j]`): `torch.ops.fxmlir.mm_panels`,
-  // which the f32 weight panels pass writes.
+  // `left @ right [+ bias]` in f32 with `left` (m x k), `right` in panels of `w` columns
+  // (panels x k x w, `panels[j / w, k, j % w] = right[k, j]`) and an optional `bias` (n):
+  // `torch.ops.fxmlir.mm_panels`, which the f32 weight panels pass writes.
   irdl.operation @mm_panels {
     %left = irdl.base "!builtin.tensor"
     %panels = irdl.base "!builtin.tensor"
+    %bias = irdl.base "!builtin.tensor"
     %product = irdl.base "!builtin.tensor"
     %decomposition = irdl.base "#builtin.symbol_ref"
-    irdl.operands(left: %left, panels: %panels)
+    irdl.operands(left: %left, panels: %panels, bias: optional %bias)
     irdl.results(product: %product)
     irdl.attributes {"decomposition" = %decomposition}
   }

@@ -6,8 +6,8 @@ product by a right operand in panels of register tile columns.
 b[k, n]``; ``fxmlir::conv_pairs(x, pairs, stride, padding, dilation)`` is a convolution without
 groups by a weight packed in pairs of input channels. Both return the f32 accumulator. The
 rewrite that packs weights so is :mod:`fxmlir.passes.bf16_pairs`.
-``fxmlir::mm_panels(a, panels)`` is the f32 ``a @ b`` with ``b`` (``k x n``) given as
-``panels[j // w, k, j % w] = b[k, j]``, written by :mod:`fxmlir.passes.panels`. The kernel's
+``fxmlir::mm_panels(a, panels, bias)`` is the f32 ``a @ b [+ bias]`` with ``b`` (``k x n``)
+given as ``panels[j // w, k, j % w] = b[k, j]``, written by :mod:`fxmlir.passes.panels`. The kernel's
 lowering of each is native (``src/lower/linear.rs``, ``src/lower/conv.rs``). Each op has an eager
 implementation here, which runs where the op is left to PyTorch (a partition's eager part),
 and a fake one, with which graphs holding it are traced.
@@ -64,27 +64,43 @@ def _mm_pairs_fake(a: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
     return a.new_empty((a.shape[0], pairs.shape[1]), dtype=torch.float32)
 
 
-def _mm_panels(a: torch.Tensor, panels: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` for float32 ``a`` (m x k) and ``b`` (k x n) given as ``panels`` (n / w x k x
-    w, ``panels[j // w, k, j % w] = b[k, j]``)."""
-    _check_mm_panels(a, panels)
+def _mm_panels(
+    a: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``a @ b [+ bias]`` for float32 ``a`` (m x k), ``b`` (k x n) given as ``panels`` (n / w x
+    k x w, ``panels[j // w, k, j % w] = b[k, j]``) and ``bias`` (n)."""
+    _check_mm_panels(a, panels, bias)
     count, k, width = panels.shape
-    return a @ panels.permute(1, 0, 2).reshape(k, count * width)
+    product = a @ panels.permute(1, 0, 2).reshape(k, count * width)
+    return product if bias is None else product + bias
 
 
-def _check_mm_panels(a: torch.Tensor, panels: torch.Tensor) -> None:
+def _check_mm_panels(a: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None) -> None:
+    dtypes = (a.dtype, panels.dtype) + (() if bias is None else (bias.dtype,))
     torch._check(
-        a.dtype == torch.float32 and panels.dtype == torch.float32,
-        lambda: f"mm_panels takes float32 operands, got {a.dtype} and {panels.dtype}",
+        all(d == torch.float32 for d in dtypes),
+        lambda: f"mm_panels takes float32 operands, got {', '.join(map(str, dtypes))}",
+    )
+    shapes_match = (
+        a.dim() == 2
+        and panels.dim() == 3
+        and a.shape[1] == panels.shape[1]
+        and (bias is None or list(bias.shape) == [panels.shape[0] * panels.shape[2]])
     )
     torch._check(
-        a.dim() == 2 and panels.dim() == 3 and a.shape[1] == panels.shape[1],
-        lambda: f"mm_panels: shapes {list(a.shape)} and {list(panels.shape)} do not match",
+        shapes_match,
+        lambda: (
+            f"mm_panels: shapes {list(a.shape)} and {list(panels.shape)}"
+            + ("" if bias is None else f" and bias {list(bias.shape)}")
+            + " do not match"
+        ),
     )
 
 
-def _mm_panels_fake(a: torch.Tensor, panels: torch.Tensor) -> torch.Tensor:
-    _check_mm_panels(a, panels)
+def _mm_panels_fake(
+    a: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    _check_mm_panels(a, panels, bias)
     return a.new_empty((a.shape[0], panels.shape[0] * panels.shape[2]))
 
 

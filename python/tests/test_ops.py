@@ -1057,6 +1057,31 @@ def mm_pairs_samples(dt):
     return out
 
 
+def mm_panels_samples(dt):
+    """fxmlir's f32 product on a right operand in panels (``fxmlir.custom_ops``), with and
+    without its bias: panels of 16 columns (the AVX2 register tile's) and of 32 (AVX-512's),
+    of which the host's own are scheduled (register tiles, a split row tile, reduction blocks
+    and thread chunks) and the others run as plain loops; and the edge values."""
+    call = lambda op, a, p, *bias: op(a, p, *bias)  # noqa: E731
+
+    def panels(k, n, w):
+        return mk([n // w, k, w], dt)
+
+    out = [
+        S("basic", [mk([3, 8], dt), panels(8, 32, 16)], call),
+        S("bias", [mk([3, 8], dt), panels(8, 64, 32), mk([64], dt)], call),
+        S("tiles", [mk([13, 64], dt), panels(64, 96, 32), mk([96], dt)], call),
+        S("blocks16", [mk([21, 1024], dt), panels(1024, 512, 16), mk([512], dt)], call),
+        S("blocks32", [mk([21, 1024], dt), panels(1024, 512, 32)], call),
+    ]
+    # Each special value meets each other one (NaN, infinities, zeros of both signs).
+    s = specials(dt)
+    left = torch.stack([s, s.flip(0)])
+    right = s.repeat(16).reshape(16, len(s)).t().reshape(1, len(s), 16).contiguous()
+    out.append(S("edge", [left, right], call))
+    return out
+
+
 def conv_pairs_samples(dt):
     """fxmlir's convolution on a weight packed in pairs of input channels (``fxmlir.custom_ops``):
     2-D with an odd channel count (one zero channel short), stride and a column count padded to
@@ -3311,6 +3336,8 @@ ROWS: list[Row] = [
     # f32 sums of exact products, in another order (pairs, then blocks) than eager's.
     Row("fxmlir.mm_pairs.default", (bf16,), mm_pairs_samples, tol={f32: (1e-3, 1e-4)}),
     Row("fxmlir.conv_pairs.default", (bf16,), conv_pairs_samples, tol={f32: (1e-3, 1e-4)}),
+    # f32 sums of up to 1,024 products, in another order (blocks) than eager's.
+    Row("fxmlir.mm_panels.default", (f32,), mm_panels_samples, tol={f32: (1e-4, 1e-4)}),
     # ---- collectives (one rank: the kernel's calls into c10d, on every dtype gloo takes) ----
     *[
         Row(

@@ -130,9 +130,12 @@ def test_the_rule_follows_the_target():
     # Thread chunks must be whole panels: two threads cut 48 columns (3 AVX2 panels) in two.
     assert _fxmlir.weight_panels(16, 4096, 48, AVX2, 1) == 16
     assert _fxmlir.weight_panels(16, 4096, 48, AVX2, 2) is None
-    # A weight that fits half of L2 is read where it lies (256 x 512 x 4 bytes = 512 KiB).
-    assert _fxmlir.weight_panels(64, 256, 512, "x86-64-v3,l2=1M") is None
-    assert _fxmlir.weight_panels(64, 256, 512, "x86-64-v3,l2=512K") == 16
+    # A weight that fits half of L2 (256 x 512 x 4 bytes = 512 KiB) is copied whole for enough
+    # rows (16 register tiles of 4 AVX2 rows) and read where it lies for fewer; a larger one is
+    # copied block by block for 16 rows or more.
+    assert _fxmlir.weight_panels(64, 256, 512, "x86-64-v3,l2=1M") == 16
+    assert _fxmlir.weight_panels(60, 256, 512, "x86-64-v3,l2=1M") is None
+    assert _fxmlir.weight_panels(60, 256, 512, "x86-64-v3,l2=512K") == 16
     assert _fxmlir.weight_panels(64, 256, 1000, AVX2) is None
     assert _fxmlir.weight_panels(4, 256, 1024, AVX2) is None
     assert _fxmlir.weight_panels(0, 256, 1024, AVX2) is None

@@ -280,19 +280,23 @@ fn lower_pairs<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Va
     Ok(vec![ctx.cast(&product, out.dtype)?.value])
 }
 
-/// `fxmlir.mm_panels(a, panels)`: `a` (m x k, f32) times a right operand in panels of `w`
-/// columns (`panels[j / w, k, j % w]` holds `b[k, j]`), in f32. The panels are the layout the
-/// schedule's register tiles read the right operand in, and a panel's rows follow one another
-/// in memory, so the tiles read them where they lie; `fxmlir.passes.panels` hands weights
-/// over so, in the part of the graph that `fxmlir.passes.hoist` takes out of the kernel.
+/// `fxmlir.mm_panels(a, panels, bias)`: `a` (m x k, f32) times a right operand in panels of
+/// `w` columns (`panels[j / w, k, j % w]` holds `b[k, j]`), plus `bias` (n, optional), in f32.
+/// The panels are the layout the schedule's register tiles read the right operand in, and a
+/// panel's rows follow one another in memory, so the tiles read them where they lie;
+/// `fxmlir.passes.panels` hands weights over so, in the part of the graph that
+/// `fxmlir.passes.hoist` takes out of the kernel. The bias is added in the product's own
+/// layout (read as `panels x w`), where the schedule fuses it into the register tiles.
 fn lower_panels<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<Value<'c, 'a>>> {
     let a = ctx.tensor(node, 0)?;
     let panels = ctx.tensor(node, 1)?;
-    if a.dtype != DType::Float32 || panels.dtype != DType::Float32 {
+    let bias = ctx.opt_tensor(node, 2)?;
+    let operands = [Some(&a), Some(&panels), bias.as_ref()];
+    if operands.iter().flatten().any(|t| t.dtype != DType::Float32) {
+        let dtypes: Vec<&str> = operands.iter().flatten().map(|t| t.dtype.name()).collect();
         return fail(format!(
-            "mm_panels takes float32 operands, got {} and {}",
-            a.dtype.name(),
-            panels.dtype.name()
+            "mm_panels takes float32 operands, got {}",
+            dtypes.join(", ")
         ));
     }
     if a.rank() != 2 || panels.rank() != 3 || panels.shape[1] != a.shape[1] {
@@ -301,7 +305,17 @@ fn lower_panels<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<V
             a.shape, panels.shape
         ));
     }
-    let product = panel_product(ctx, &a, &panels)?;
+    if let Some(bias) = &bias
+        && bias.shape != [dims::product(&[panels.shape[0], panels.shape[2]])?]
+    {
+        return fail(format!(
+            "mm_panels: the bias of a product by panels {:?} must have {} elements, got {:?}",
+            panels.shape,
+            panels.shape[0] * panels.shape[2],
+            bias.shape
+        ));
+    }
+    let product = panel_product(ctx, &a, &panels, bias.as_ref())?;
     let out = ctx.out(0)?;
     if out.shape != product.shape || out.dtype != DType::Float32 {
         return fail(format!(

@@ -5,7 +5,7 @@
 //! The linear family's rows, attention and convolution's im2col and pairs products use them.
 
 use super::window::{dims, place};
-use super::{Iter, LowerCtx, Scalar, Tensor, emit, fail};
+use super::{Iter, LowerCtx, Operand, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, dims};
 use crate::pipeline::ir::maps::affine_map;
@@ -45,12 +45,14 @@ pub(super) fn pair_product<'c, 'a>(
 
 /// The f32 product of `a` (`m x k`) and `panels` (`p x k x w`, the right operand in panels of
 /// `w` columns), both f32: the `linalg.contract` over [`PANEL_MAPS`] into `m x p x w`, which
-/// the schedule tiles reading each panel where it lies, reshaped to the `m x (p * w)` it is
-/// in memory.
+/// the schedule tiles reading each panel where it lies, plus `bias` (`p * w`, read as `p x w`:
+/// an elementwise op on the product's shape, which the schedule fuses), reshaped to the
+/// `m x (p * w)` it is in memory.
 pub(super) fn panel_product<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     a: &Tensor<'c, 'a>,
     panels: &Tensor<'c, 'a>,
+    bias: Option<&Tensor<'c, 'a>>,
 ) -> Result<Tensor<'c, 'a>> {
     let (m, p, w) = (a.shape[0], panels.shape[0], panels.shape[2]);
     let shape = [m, p, w];
@@ -62,11 +64,23 @@ pub(super) fn panel_product<'c, 'a>(
         zero,
         &[("indexing_maps", maps)],
     )?;
-    let product = Tensor {
+    let mut product = Tensor {
         value,
         shape: shape.to_vec(),
         dtype: DType::Float32,
     };
+    if let Some(bias) = bias {
+        let bias = ctx.reshape(bias, &[p, w])?;
+        let f32 = DType::Float32;
+        product.value = ctx.elementwise(
+            &[Operand::Tensor(product.clone()), Operand::Tensor(bias)],
+            &[f32, f32],
+            f32,
+            &shape,
+            f32,
+            |e, v| e.same("arith.addf", &[v[0], v[1]]),
+        )?;
+    }
     ctx.reshape(&product, &[m, dims::product(&[p, w])?])
 }
 

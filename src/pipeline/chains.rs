@@ -41,6 +41,7 @@ use super::ir::ops::{
     op_name as name, reassociation, result_owner, sole_use, tensor_dims, tensor_sizes, type_sizes,
 };
 use crate::error::{Error, Result};
+use crate::tuning::PANEL_MAPS;
 use melior::{
     Context, IrRewriter,
     ir::{
@@ -612,7 +613,8 @@ fn plain_memref(ty: Type) -> bool {
         .is_ok_and(|memref| memref.memory_space().is_none() && memref.affine_map().is_identity())
 }
 
-/// Folds the elementwise chains after every `f32`/`f64` product in the bodies of
+/// Folds the elementwise chains after every `f32`/`f64` product (and every product by a
+/// weight in panels, `tuning::PANEL_MAPS`) in the bodies of
 /// `module`'s functions, then writes outputs that are reshapes through views of their buffers;
 /// returns how many generics were taken into chains.
 pub fn fold(context: &Context, module: &Module) -> Result<usize> {
@@ -630,9 +632,16 @@ pub fn fold(context: &Context, module: &Module) -> Result<usize> {
         let mut next = block.first_operation();
         while let Some(op) = next {
             next = op.next_in_block();
-            if matches!(name(&op).as_str(), "linalg.matmul" | "linalg.batch_matmul")
-                && op.result_count() == 1
-            {
+            let panels = || {
+                op.attribute("indexing_maps")
+                    .is_ok_and(|m| m.to_string() == PANEL_MAPS)
+            };
+            let product = match name(&op).as_str() {
+                "linalg.matmul" | "linalg.batch_matmul" => true,
+                "linalg.contract" => panels(),
+                _ => false,
+            };
+            if product && op.result_count() == 1 {
                 products.push(op);
             }
         }

@@ -13,11 +13,12 @@ computes from parameters alone (a linear layer's ``t(weight)``), where the sched
 it so (``_fxmlir.weight_panels`` says when, and the width ``w``), becomes
 
     panels = clone(permute(view(b, [k, n // w, w]), [1, 0, 2]))   # weight-only: hoisted
-    out = mm_panels(a, panels) [+ bias]
+    out = mm_panels(a, panels[, bias])
 
 ``panels[j // w, k, j % w] = b[k, j]``: :mod:`fxmlir.passes.hoist` computes it once, outside the
 kernel, and the kernel's register tiles read each panel where it lies (``fxmlir.mm_panels`` in
-``src/lower/linear.rs``). Products whose sizes are symbolic or whose width is no multiple of
+``src/lower/linear.rs``). A linear layer's bias is the op's own, added in the product's layout,
+so that the schedule fuses it (and the elementwise ops after it) into the register tiles. Products whose sizes are symbolic or whose width is no multiple of
 ``w`` keep the plain product.
 """
 
@@ -28,7 +29,7 @@ import torch.fx
 
 from .. import _fxmlir
 from . import hoist
-from .rewriting import chain, fake_val, replace, weight_products
+from .rewriting import chain, fake_val, weight_products
 
 aten = torch.ops.aten
 
@@ -63,12 +64,24 @@ def panel_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "h
                 (aten.view.default, (b, [k, n // width, width]), {}),
                 (aten.permute.default, (None, [1, 0, 2]), {}),
                 (aten.clone.default, (None,), {"memory_format": torch.contiguous_format}),
-                (torch.ops.fxmlir.mm_panels.default, (a, None), {}),
+                (torch.ops.fxmlir.mm_panels.default, (a, None, *_f32_bias(bias, n)), {}),
             ]
             product = chain(graph, node, steps)
-        replace(graph, node, product, bias)
+            if bias is not None and not _f32_bias(bias, n):
+                product = chain(graph, node, [(aten.add.Tensor, (product, bias), {})])
+        node.replace_all_uses_with(product)
+        graph.erase_node(node)
         rewritten += 1
     if rewritten:
         graph.eliminate_dead_code()
         gm.recompile()
     return rewritten
+
+
+def _f32_bias(bias: object, n: int) -> tuple[torch.fx.Node, ...]:
+    """``(bias,)`` when ``bias`` is an f32 vector of the product's ``n`` columns, the op's own
+    bias; else nothing (no bias, or one broadcast otherwise, added after the op)."""
+    val = fake_val(bias)
+    if val is not None and val.dtype == torch.float32 and list(val.shape) == [n]:
+        return (bias,)
+    return ()

@@ -68,12 +68,11 @@ def replace(
     graph: torch.fx.Graph, node: torch.fx.Node, result: torch.fx.Node, bias: object
 ) -> None:
     """Replaces ``node`` by the f32 ``result`` plus ``bias`` (if not None), rounded once to
-    ``node``'s dtype (unless that is f32)."""
+    ``node``'s dtype."""
     dtype = fake_val(node).dtype
     with graph.inserting_before(node):
         if bias is not None:
             result = chain(graph, node, [(aten.add.Tensor, (result, bias), {})])
-        if dtype != torch.float32:
-            result = chain(graph, node, [(aten._to_copy.default, (result,), {"dtype": dtype})])
+        result = chain(graph, node, [(aten._to_copy.default, (result,), {"dtype": dtype})])
     node.replace_all_uses_with(result)
     graph.erase_node(node)

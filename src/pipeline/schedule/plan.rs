@@ -375,9 +375,9 @@ pub fn panel_width(target: &Target) -> i64 {
 
 /// The panel width for an f32 product of `m x k` by a weight of `k x n` on `target` (with
 /// its threads) when the weight is better handed to the kernel in panels
-/// (`fxmlir.mm_panels`, [`PANEL_MAPS`]): when the schedule would cut the product into
-/// reduction blocks and copy each block of the weight into panels on every call, and `n` is
-/// whole panels. Else `None`: the product stays as it is.
+/// (`fxmlir.mm_panels`, [`PANEL_MAPS`]): when the schedule would copy the weight (each of
+/// its reduction blocks, or its whole column tiles) into panels on every call, and `n` and
+/// every thread's columns are whole panels. Else `None`: the product stays as it is.
 pub fn weight_panels(m: i64, k: i64, n: i64, target: &Target) -> Option<i64> {
     let width = panel_width(target);
     if m <= 0 || k <= 0 || n <= 0 || n % width != 0 {
@@ -406,7 +406,7 @@ pub fn weight_panels(m: i64, k: i64, n: i64, target: &Target) -> Option<i64> {
         fill_init: true,
         only_fill_fusable: true,
     };
-    let packs = tiles.kc.is_some() && tiles.nr == width && planned.packs(planned.rows(), width);
+    let packs = tiles.nr == width && planned.packs(planned.rows(), width);
     let whole_chunks = planned
         .chunks
         .as_ref()
@@ -498,9 +498,7 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
         // result of the same shape: tile it and pull the product into its loop.
         let peels = peeled_rest(&problem, chunks.as_ref(), &tiles).is_some();
         let epilogue = (|| {
-            // A panels product's result is read through the reshape back to `m x n`.
             if pairs
-                || problem.element == Element::F32Panels
                 || problem.dynamic_columns
                 || tiles.kc.is_some()
                 || tiles.m_split.is_some() && !peels

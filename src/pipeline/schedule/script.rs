@@ -471,7 +471,10 @@ pub(super) fn emit_register_tiles(
             out,
             "    %e{part} = transform.structured.match attributes {{{EPILOGUE_TAG} = {contraction} : i64}} in %fn{contraction} : ({ANY}) -> {ANY}"
         )?;
-        (format!("%e{part}"), [lead, &[mr, nr]].concat())
+        (
+            format!("%e{part}"),
+            p.loop_sizes(&[lead, &[mr, nr]].concat()),
+        )
     } else {
         (
             handle.to_string(),
@@ -657,7 +660,7 @@ pub(super) fn emit_peel(
     }} : {ANY}
     transform.apply_dce to %pr{part} : {ANY}
     %tq{part} = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %pr{part} : ({ANY}) -> {ANY}",
-            list(&[zero, &one[..2]].concat()),
+            list(&p.loop_sizes(&[zero, &one[..2]].concat())),
         )?;
     } else {
         writeln!(
