@@ -7,10 +7,10 @@ b[k, n]``; ``fxmlir::conv_pairs(x, pairs, stride, padding, dilation)`` is a conv
 groups by a weight packed in pairs of input channels. Both return the f32 accumulator. The
 rewrite that packs weights so is :mod:`fxmlir.passes.bf16_pairs`.
 ``fxmlir::mm_panels(a, panels, bias)`` is the f32 ``a @ b [+ bias]`` with ``b`` (``k x n``)
-given as ``panels[j // w, k, j % w] = b[k, j]``, written by :mod:`fxmlir.passes.panels`. The kernel's
-lowering of each is native (``src/lower/linear.rs``, ``src/lower/conv.rs``). Each op has an eager
-implementation here, which runs where the op is left to PyTorch (a partition's eager part),
-and a fake one, with which graphs holding it are traced.
+given as ``panels[j // w, k, j % w] = b[k, j]``, written by :mod:`fxmlir.passes.panels`. The
+kernel's lowering of each is native (``src/lower/linear.rs``, ``src/lower/conv.rs``). Each op
+has an eager implementation here, which runs where the op is left to PyTorch (a partition's
+eager part), and a fake one, with which graphs holding it are traced.
 
 :func:`register` defines them; the package calls it once, when it is imported.
 """

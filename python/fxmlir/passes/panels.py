@@ -1,10 +1,10 @@
 """f32 matrix products by a weight, the weight handed to the kernel in panels: the layout the
 schedule's register tiles read it in.
 
-A large product's schedule cuts the reduction into blocks and, as each block begins, copies
-the block of the right operand into panels, one per register tile of columns (``w`` of them:
-two vectors), each panel's rows one after another. The tiles then read a panel as one stream
-from L2. For a weight that copy is the same on every call: 10-17% of the products of a BERT
+A large product's schedule copies its right operand into panels, one per register tile of
+columns (``w`` of them: two vectors), each panel's rows one after another: block by block
+along the reduction as each block begins, or whole for a weight that fits half of L2. The
+tiles then read a panel as one stream from L2. For a weight that copy is the same on every call: 10-17% of the products of a BERT
 or ViT layer, half of it waiting on memory, since the copy reads a few hundred bytes from
 each of hundreds of rows kilobytes apart, which no hardware prefetcher follows.
 
@@ -18,8 +18,9 @@ it so (``_fxmlir.weight_panels`` says when, and the width ``w``), becomes
 ``panels[j // w, k, j % w] = b[k, j]``: :mod:`fxmlir.passes.hoist` computes it once, outside the
 kernel, and the kernel's register tiles read each panel where it lies (``fxmlir.mm_panels`` in
 ``src/lower/linear.rs``). A linear layer's bias is the op's own, added in the product's layout,
-so that the schedule fuses it (and the elementwise ops after it) into the register tiles. Products whose sizes are symbolic or whose width is no multiple of
-``w`` keep the plain product.
+so that the schedule fuses it (and the elementwise ops after it) into the register tiles.
+Products whose sizes are symbolic or whose width is no multiple of ``w`` keep the plain
+product.
 """
 
 from __future__ import annotations
