@@ -4,9 +4,10 @@ schedule's register tiles read it in.
 A large product's schedule copies its right operand into panels, one per register tile of
 columns (``w`` of them: two vectors), each panel's rows one after another: block by block
 along the reduction as each block begins, or whole for a weight that fits half of L2. The
-tiles then read a panel as one stream from L2. For a weight that copy is the same on every call: 10-17% of the products of a BERT
-or ViT layer, half of it waiting on memory, since the copy reads a few hundred bytes from
-each of hundreds of rows kilobytes apart, which no hardware prefetcher follows.
+tiles then read a panel as one stream from L2. For a weight that copy is the same on every
+call: 10-17% of the products of a BERT or ViT layer, half of it waiting on memory, since the
+copy reads a few hundred bytes from each of hundreds of rows kilobytes apart, which no
+hardware prefetcher follows.
 
 So before hoisting, each f32 ``mm`` / ``addmm`` whose right operand ``b`` (``k x n``) the graph
 computes from parameters alone (a linear layer's ``t(weight)``), where the schedule would copy
