@@ -4,13 +4,14 @@ kernel's product is ``fxmlir::mm_pairs``, scheduled as ``vdpbf16ps`` register ti
 convolution's weight is packed in pairs of input channels and the kernel's convolution is
 ``fxmlir::conv_pairs``. Products and convolutions it cannot serve stay as they are."""
 
-import json
 import pathlib
 
 import fxmlir
 import pytest
 import torch
+import weight_kernels
 from fxmlir import _fxmlir
+from weight_kernels import compiled_like_eager, kernel
 
 # The kernels must run here, so the target is the host, which needs AVX512-BF16's dot product.
 # The lowering and schedule of pairs on any host are checked by lit (schedule_pairs*.json).
@@ -34,28 +35,15 @@ ATOL, RTOL = 3e-2, 1.6e-2
 
 def _kernel(dump_dir: pathlib.Path) -> tuple[list[str], list[list[int]], str]:
     """The compiled kernel's node targets, its input shapes and its optimised LLVM IR."""
-    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
-    (llvm,) = [p.read_text() for p in dump_dir.glob("*.ll") if "unoptimized" not in p.name]
-    shapes = [i["meta"]["shape"] for i in document["inputs"]]
-    return [n["target"] for n in document["nodes"]], shapes, llvm
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self, d: int = 64, hidden: int = 96, out: int = 32, bias: bool = True):
-        super().__init__()
-        self.up = torch.nn.Linear(d, hidden)
-        self.down = torch.nn.Linear(hidden, out, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.nn.functional.gelu(self.up(x)))
+    return kernel(dump_dir, ".ll")
 
 
 def _run(model: torch.nn.Module, x: torch.Tensor, dump_dir: pathlib.Path, **config):
-    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(dump_dir), **config):
-        actual = torch.compile(model, backend="fxmlir")(x)
-        expected = model(x)
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
-    return _kernel(dump_dir)
+    return compiled_like_eager(model, x, dump_dir, (ATOL, RTOL), ".ll", **config)
+
+
+def Mlp(d: int = 64, hidden: int = 96, out: int = 32, bias: bool = True) -> torch.nn.Module:
+    return weight_kernels.Mlp(d, hidden, out, bias)
 
 
 def test_linear_layers_become_dot_products(tmp_path):

@@ -10,7 +10,9 @@ import pathlib
 import fxmlir
 import pytest
 import torch
+import weight_kernels
 from fxmlir import _fxmlir
+from weight_kernels import compiled_like_eager, kernel
 
 #: The targets the kernels are compiled for (they run here): AVX2 (panels of 16 columns) on
 #: every host, AVX-512 (32 columns) where the host has it. Their L2 sizes are pinned: the rule
@@ -31,30 +33,14 @@ def target(request):
         yield request.param
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self, d: int = 256, hidden: int = 1024, bias: bool = True):
-        super().__init__()
-        self.up = torch.nn.Linear(d, hidden)
-        self.down = torch.nn.Linear(hidden, d, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.nn.functional.gelu(self.up(x)))
-
-
-def _kernel(dump_dir: pathlib.Path) -> tuple[list[str], list[list[int]], str]:
-    """The compiled kernel's node targets, its input shapes and its transform schedule."""
-    (document,) = [json.loads(p.read_text()) for p in dump_dir.glob("*.fx.json")]
-    schedule = "".join(p.read_text() for p in dump_dir.glob("*.02-schedule.transform.mlir"))
-    shapes = [i["meta"]["shape"] for i in document["inputs"]]
-    return [n["target"] for n in document["nodes"]], shapes, schedule
+def Mlp(d: int = 256, hidden: int = 1024, bias: bool = True) -> torch.nn.Module:
+    return weight_kernels.Mlp(d, hidden, d, bias)
 
 
 def _run(model: torch.nn.Module, x: torch.Tensor, dump_dir: pathlib.Path, **config):
-    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(dump_dir), **config):
-        actual = torch.compile(model, backend="fxmlir")(x)
-        expected = model(x)
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
-    return _kernel(dump_dir)
+    return compiled_like_eager(
+        model, x, dump_dir, (ATOL, RTOL), ".02-schedule.transform.mlir", **config
+    )
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
@@ -82,7 +68,7 @@ def test_a_changed_weight_is_read_again(tmp_path, target):
         compiled(x)
         model.up.weight.mul_(-0.5)
         torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
-    assert _kernel(tmp_path)[0].count("fxmlir.mm_panels.default") == 2
+    assert kernel(tmp_path, ".fx.json")[0].count("fxmlir.mm_panels.default") == 2
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ import torch.fx
 
 from .. import _fxmlir
 from . import hoist
-from .rewriting import chain, fake_val, replace, weight_products
+from .rewriting import chain, fake_val, matrices, replace, weight_products
 
 aten = torch.ops.aten
 
@@ -122,17 +122,10 @@ def _pack_products(gm: torch.fx.GraphModule, weights: set[torch.fx.Node]) -> int
     graph = gm.graph
     rewritten = 0
     for node, a, b, bias in weight_products(gm, weights):
-        va, vb = fake_val(a), fake_val(b)
-        if (
-            va is None
-            or vb is None
-            or va.dtype != torch.bfloat16
-            or vb.dtype != torch.bfloat16
-            or va.dim() != 2
-            or vb.dim() != 2
-        ):
+        operands = matrices(a, b, torch.bfloat16)
+        if operands is None:
             continue
-        k, n = vb.shape
+        k, n = operands[1].shape
         if not isinstance(k, int) or not isinstance(n, int) or k % 2:
             continue
         # Columns up to a whole number of dot products: zeros, cut off the result again.

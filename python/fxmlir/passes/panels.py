@@ -31,7 +31,7 @@ import torch.fx
 
 from .. import _fxmlir
 from . import hoist
-from .rewriting import chain, fake_val, weight_products
+from .rewriting import chain, fake_val, matrices, weight_products
 
 aten = torch.ops.aten
 
@@ -45,19 +45,10 @@ def panel_weights(gm: torch.fx.GraphModule, split: hoist.Split, target: str = "h
     threads = torch.get_num_threads()
     rewritten = 0
     for node, a, b, bias in weight_products(gm, split.static_nodes):
-        va, vb = fake_val(a), fake_val(b)
-        if (
-            va is None
-            or vb is None
-            or va.dtype != torch.float32
-            or vb.dtype != torch.float32
-            or va.dim() != 2
-            or vb.dim() != 2
-            or not all(isinstance(d, int) for d in (*va.shape, *vb.shape))
-        ):
+        operands = matrices(a, b, torch.float32)
+        if operands is None or not all(isinstance(d, int) for v in operands for d in v.shape):
             continue
-        m, k = va.shape
-        n = vb.shape[1]
+        (m, k), (_, n) = (v.shape for v in operands)
         width = _fxmlir.weight_panels(m, k, n, target, threads)
         if width is None:
             continue

@@ -42,6 +42,15 @@ def weight_products(
     return [(node, *ops) for node, ops in found if ops is not None and ops[1] in weights]
 
 
+def matrices(a: object, b: object, dtype: torch.dtype) -> tuple[FakeTensor, FakeTensor] | None:
+    """The fake values of ``a`` and ``b`` when both are traced matrices of ``dtype``; else
+    None."""
+    va, vb = fake_val(a), fake_val(b)
+    if va is None or vb is None or any(v.dtype != dtype or v.dim() != 2 for v in (va, vb)):
+        return None
+    return va, vb
+
+
 def chain(
     graph: torch.fx.Graph,
     origin: torch.fx.Node,
