@@ -125,3 +125,23 @@ def test_the_rule_follows_the_target():
     assert _fxmlir.weight_panels(64, 256, 1000, AVX2) is None
     assert _fxmlir.weight_panels(4, 256, 1024, AVX2) is None
     assert _fxmlir.weight_panels(0, 256, 1024, AVX2) is None
+
+
+def test_a_plugins_executor_gets_the_plain_products(tmp_path):
+    """The panels are the layout of fxmlir's register tiles: a vendor's executor, which builds
+    the module its own way, gets the linear layer as it is."""
+    from fxmlir import plugins
+    from fxmlir_xacc import XaccPlugin, toolchain
+
+    class Executing(XaccPlugin):
+        def executor(self):
+            return plugins.Executor("llvm", toolchain.build)
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 1024).eval()
+    x = torch.randn(64, 256)
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path), target=AVX2):
+        actual = torch.compile(model, backend=plugins.backend(Executing()))(x)
+        torch.testing.assert_close(actual, model(x), atol=ATOL, rtol=RTOL)
+    targets = [t for p in tmp_path.glob("*.fx.json") for t in _node_targets(p)]
+    assert "aten.addmm.default" in targets and "fxmlir.mm_panels.default" not in targets, targets

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch.fx
 
+from .. import plugins
 from ..config import Config
 from . import bf16_pairs, hoist, panels, parts, skew, taps, widen
 
@@ -55,7 +56,8 @@ def run(
        the kernel would widen become f32 products of a widened copy. Before skew, which must
        see the copy's rows (a 1024-column f16 weight has rows of 2 KiB, its f32 copy of 4).
     3. :func:`.panels.panel_weights` (``config.panels``): f32 products by a weight that the
-       kernel would copy into panels on every call become products on the weight in panels.
+       kernel would copy into panels on every call become products on the weight in panels
+       (not for a plugin's executor: the layout is fxmlir's register tiles').
        After widening, whose f32 copies it takes; before skew, whose padded rows the panels
        have no need of.
     4. :func:`.skew.skew_weights`: a weight whose rows are a multiple of 4 KiB is read through
@@ -78,7 +80,10 @@ def run(
         split = hoist.Split(gm, static)
     if config.widen and widen.widen_weights(gm, split, target):
         split = hoist.Split(gm, static)
-    if config.panels and panels.panel_weights(gm, split, target):
+    # The panels are the layout of fxmlir's own register tiles: a plugin's executor, which
+    # compiles the module its own way, gets the plain products.
+    jit = plugins.executor(plugins.active()) is None
+    if config.panels and jit and panels.panel_weights(gm, split, target):
         split = hoist.Split(gm, static)
     if skew.skew_weights(gm, split):
         split = hoist.Split(gm, static)
