@@ -499,6 +499,19 @@ fn dynamic_ops() -> PyResult<Vec<String>> {
     })
 }
 
+/// The ops whose lowerings take a symbolic batch (the first size, every other fixed), lowered
+/// one sample at a time: a graph of these and of `dynamic_ops` with no other symbolic size
+/// compiles once for every batch.
+#[pyfunction]
+fn batch_ops() -> PyResult<Vec<String>> {
+    guard(|| {
+        Ok(crate::lower::Registry::global()?
+            .batch_ops()
+            .map(str::to_string)
+            .collect())
+    })
+}
+
 /// The stages and dialects `fxmlir.config` adds, as `fxmlir.stages.extensions_json` writes
 /// them: `{"stages": [{"placement", "anchor", "name", "passes"?, "transform"?, "pdl"?}],
 /// "dialects": [{"source", "irdl"}]}`.
@@ -834,6 +847,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(dynamic_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(target_info, m)?)?;
     m.add_function(wrap_pyfunction!(check_extensions, m)?)?;

@@ -297,6 +297,59 @@ def test_a_resize_to_the_input_size_compiles_per_size_in_one_graph():
     assert len(names) == 3 and len({n.rsplit("_s", 1)[0] for n in names[1:]}) == 1, names
 
 
+class _ConvNet(torch.nn.Module):
+    """Every per-sample row a vision model uses: convolutions (strided, grouped, with and
+    without bias), batch norm, max and average pooling, padding, adaptive pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
+        self.grouped = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1, groups=2)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = torch.nn.functional.pad(y, (1, 1, 1, 1), value=0.5)
+        y = torch.nn.functional.avg_pool2d(y, 3, stride=1)
+        y = torch.relu(self.grouped(y))
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_a_conv_net_with_a_dynamic_batch_compiles_once():
+    """A batch marked dynamic (a server's batches of any size): the per-sample rows loop over
+    it, so one kernel serves every batch, each call as eager computes it."""
+    torch.manual_seed(0)
+    model = _ConvNet().eval()
+    compiled = torch.compile(model, backend="fxmlir")
+    start = latest()
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    with torch.no_grad(), fxmlir.config.patch(**settings):
+        for n in [2, 3, 5, 8, 4]:
+            x = torch.randn(n, 3, 20, 20)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_a_conv_net_with_symbolic_image_sizes_compiles_per_size(caplog):
+    """``dynamic=True`` makes the image sizes symbolic too (a pooled size is ``s1//2``): the
+    per-sample rows take a symbolic batch only, so the graph compiles per size, says so, and
+    every call is as eager computes it (lit lower/samples.json checks the row's refusal)."""
+    torch.manual_seed(0)
+    model = _ConvNet().eval()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="fxmlir"):
+        for size in [20, 24]:
+            x = torch.randn(2, 3, size, size)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert "compiles per size" in caplog.text
+
+
 def test_training_step_with_a_dynamic_batch():
     model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())
     reference = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh())

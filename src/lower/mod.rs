@@ -19,6 +19,7 @@ mod pooling;
 mod products;
 mod reduction;
 mod resize;
+mod samples;
 mod sampling;
 mod scan;
 mod sizes;
@@ -65,6 +66,9 @@ pub struct Lowering {
     /// Whether it lowers nodes with symbolic sizes (see [`crate::graph::dims`]): it only
     /// carries shapes from the graph's metadata into the IR, never computes with them.
     pub dynamic: bool,
+    /// Whether it computes every sample of its batch from that sample alone, and so lowers
+    /// nodes whose only symbolic size is the batch one sample at a time (see `samples`).
+    pub per_sample: bool,
 }
 
 /// A row's run-time check, and the nodes it applies to (say, integer divisions only).
@@ -77,10 +81,11 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 29] = [
+const DYNAMIC_OPS: [&str; 30] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
+    "aten._native_batch_norm_legit_no_training.default",
     "aten.view.default",
     "aten._unsafe_view.default",
     "aten.reshape.default",
@@ -202,6 +207,7 @@ impl Registry {
             checked,
             calls_host,
             dynamic: self.dynamic || DYNAMIC_OPS.contains(&op),
+            per_sample: samples::PER_SAMPLE_OPS.contains(&op),
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -264,6 +270,14 @@ impl Registry {
             .map(|(op, _)| *op)
     }
 
+    /// The ops whose rows lower a node with a symbolic batch one sample at a time.
+    pub fn batch_ops(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.rows
+            .iter()
+            .filter(|(_, l)| l.per_sample && !l.dynamic)
+            .map(|(op, _)| *op)
+    }
+
     pub fn ops(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
         self.rows.iter().map(|(op, l)| (*op, l.family))
     }
@@ -311,9 +325,14 @@ pub struct LowerCtx<'c, 'a> {
     pub target: &'a Target,
     graph: &'a Graph,
     values: HashMap<ValueRef, Value<'c, 'a>>,
+    /// The shapes of the values a node lowered per sample reads, one sample's (see `samples`),
+    /// in place of the graph's.
+    shapes: HashMap<ValueRef, Vec<i64>>,
     node_outputs: Vec<TensorMeta>,
     /// The decomposition functions of the nodes lowered whole so far.
     decompositions: Vec<whole::Decomposition<'c>>,
+    /// The loops over a batch written so far, whose bodies `samples::attach` gives them.
+    loops: Vec<mlir_sys::MlirOperation>,
     /// The status buffer (`memref<1xi64>`, the function's last argument) when the graph has
     /// checked nodes (see [`checked_nodes`]), and the code of the node being lowered.
     status: Option<Value<'c, 'a>>,
@@ -367,7 +386,7 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         let value = self.value(r)?;
         Ok(Some(Tensor {
             value,
-            shape: meta.shape.clone(),
+            shape: self.shapes.get(r).unwrap_or(&meta.shape).clone(),
             dtype: meta.dtype,
         }))
     }
@@ -815,22 +834,29 @@ pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Check)>> {
         .collect())
 }
 
+/// Whether `arg` is a symbolic integer (a size used as a number) or a list holding one.
+fn symbolic_number(arg: &Arg) -> bool {
+    match arg {
+        Arg::Int(v) => crate::graph::dims::is_symbolic(*v),
+        Arg::List(items) => items.iter().any(symbolic_number),
+        _ => false,
+    }
+}
+
 /// Whether `node` of a graph with symbolic sizes can be lowered: its row takes symbolic
 /// sizes, and none of its arguments is a symbolic integer (a size used as a value).
 fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
-    fn symbolic(arg: &Arg) -> bool {
-        match arg {
-            Arg::Int(v) => crate::graph::dims::is_symbolic(*v),
-            Arg::List(items) => items.iter().any(symbolic),
-            _ => false,
-        }
+    if lowering.per_sample && !lowering.dynamic {
+        return fail(
+            "its lowering takes a symbolic batch only, every other size fixed (compile the graph for fixed sizes)",
+        );
     }
     if !lowering.dynamic {
         return fail(
             "its lowering does not take symbolic sizes (compile the graph for fixed sizes)",
         );
     }
-    if node.args.iter().any(symbolic)
+    if node.args.iter().any(symbolic_number)
         && !SYMBOLIC_ARGUMENT_FAMILIES.contains(&lowering.family)
         && !SYMBOLIC_ARGUMENTS.contains(&node.target.as_str())
     {
@@ -932,8 +958,21 @@ pub fn lower_graph<'c>(
     let host = host_calls(graph)?;
 
     let block = Block::new(&arg_types.iter().map(|t| (*t, func_loc)).collect::<Vec<_>>());
-    // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, in
-    // node order.
+    // The symbolic batch of each node lowered per sample (see `samples`).
+    let batches: Vec<Option<i64>> = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let row = registry.get(&n.target)?;
+            samples::batch_of(
+                graph,
+                n,
+                row.per_sample && !row.dynamic && row.whole.is_none(),
+            )
+        })
+        .collect();
+    // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, and
+    // the bodies of the loops of the nodes lowered per sample, in node order.
     let bodies: Vec<Block> = graph
         .nodes
         .iter()
@@ -942,6 +981,8 @@ pub fn lower_graph<'c>(
         })
         .map(|_| Block::new(&[]))
         .collect();
+    let sample_bodies: Vec<Block> = batches.iter().flatten().map(|_| Block::new(&[])).collect();
+    let mut next_sample_body = sample_bodies.iter();
     let mut next_body = bodies.iter();
     let decompositions = {
         let entry = Emit {
@@ -954,8 +995,10 @@ pub fn lower_graph<'c>(
             target,
             graph,
             values: HashMap::new(),
+            shapes: HashMap::new(),
             node_outputs: vec![],
             decompositions: Vec::new(),
+            loops: Vec::new(),
             status: None,
             check_code: 0,
             host_slot: None,
@@ -1001,7 +1044,7 @@ pub fn lower_graph<'c>(
                 v,
             );
         }
-        for node in &graph.nodes {
+        for (node, batch) in graph.nodes.iter().zip(&batches) {
             let site = node.site();
             ctx.e.loc = node_location(context, node);
             ctx.node_outputs = node.outputs.clone();
@@ -1019,15 +1062,20 @@ pub fn lower_graph<'c>(
                     let lowering = registry
                         .get(&node.target)
                         .ok_or_else(|| Error::UnsupportedOp(site.clone()))?;
-                    if !graph.symbols.is_empty() {
+                    if !graph.symbols.is_empty() && batch.is_none() {
                         check_symbolic(node, lowering).map_err(|e| attach_site(e, &site))?;
                     }
-                    match &lowering.whole {
-                        Some(w) => match next_body.next() {
-                            Some(body) => whole::lower(&mut ctx, node, w, body, &*lowering.lower),
+                    let lower = &*lowering.lower;
+                    match (&lowering.whole, batch) {
+                        (Some(w), _) => match next_body.next() {
+                            Some(body) => whole::lower(&mut ctx, node, w, body, lower),
                             None => fail("no block was made for its decomposition".to_string()),
                         },
-                        None => (lowering.lower)(&mut ctx, node),
+                        (None, Some(batch)) => match next_sample_body.next() {
+                            Some(body) => samples::lower(&mut ctx, node, *batch, body, lower),
+                            None => fail("no block was made for its loop over the batch"),
+                        },
+                        (None, None) => lower(&mut ctx, node),
                     }
                 }
             }
@@ -1079,10 +1127,12 @@ pub fn lower_graph<'c>(
             )?;
         }
         block.append_operation(func::r#return(&[], func_loc));
-        let inputs: Vec<&[i64]> = graph.inputs.iter().map(|i| &i.meta.shape[..]).collect();
-        sizes::resolve(context, &block, graph, &inputs, func_loc)?;
-        ctx.decompositions
+        (ctx.decompositions, ctx.loops)
     };
+    let (decompositions, loops) = decompositions;
+    samples::attach(&loops, sample_bodies)?;
+    let inputs: Vec<&[i64]> = graph.inputs.iter().map(|i| &i.meta.shape[..]).collect();
+    sizes::resolve(context, &block, graph, &inputs, func_loc)?;
     let region = Region::new();
     region.append_block(block);
     let fn_type = FunctionType::new(context, &arg_types, &[]);

@@ -1,0 +1,207 @@
+//! Nodes lowered per sample. A convolution, a pooling, a padding, a resize or a grid sample
+//! computes each sample of its batch (the first dimension) from that sample alone. When the
+//! batch is a symbolic size and every other size of the node is fixed (a server's batches of
+//! any size, `mark_dynamic(x, 0)`), the node is lowered by its row's own lowering for one
+//! sample at fixed sizes, in the body of an `scf.for` over the batch: the body slices each
+//! batched argument at the sample (`tensor.extract_slice`, first size 1), computes the
+//! sample's outputs and writes them into the loop's outputs at the sample's place
+//! (`tensor.insert_slice`). The rows keep their fixed-size lowerings, which the schedule tiles
+//! and vectorises as in a kernel of fixed sizes.
+
+use super::emit::internal;
+use super::{LowerCtx, LowerFn, symbolic_number};
+use crate::error::Result;
+use crate::graph::{Arg, Graph, Node, TensorMeta, ValueRef, dims};
+use crate::pipeline::ir::ops::SAMPLES;
+use melior::ir::{
+    Attribute, Block, BlockLike, Identifier, OperationRef, Region, RegionLike, Type, Value,
+    operation::{OperationBuilder, OperationLike},
+};
+use mlir_sys::MlirOperation;
+
+/// The ops whose rows compute every sample of the first dimension from that sample alone
+/// (the pooling, padding and resize rows act on the trailing dimensions; a batch norm in
+/// evaluation mode uses fixed statistics).
+pub(super) const PER_SAMPLE_OPS: [&str; 20] = [
+    "aten.convolution.default",
+    "aten.max_pool2d_with_indices.default",
+    "aten.max_pool3d_with_indices.default",
+    "aten.avg_pool1d.default",
+    "aten.avg_pool2d.default",
+    "aten.avg_pool3d.default",
+    "aten.adaptive_avg_pool1d.default",
+    "aten._adaptive_avg_pool2d.default",
+    "aten._adaptive_avg_pool3d.default",
+    "aten.constant_pad_nd.default",
+    "aten.reflection_pad1d.default",
+    "aten.reflection_pad2d.default",
+    "aten.reflection_pad3d.default",
+    "aten.replication_pad2d.default",
+    "aten.replication_pad3d.default",
+    "aten.upsample_nearest2d.vec",
+    "aten.upsample_nearest2d.default",
+    "aten.upsample_bilinear2d.vec",
+    "aten.upsample_bilinear2d.default",
+    "aten.grid_sampler_2d.default",
+];
+
+/// Whether `shape` is `batch` followed by fixed sizes.
+fn batched(shape: &[i64], batch: i64) -> bool {
+    shape.first() == Some(&batch) && !shape[1..].iter().any(|&d| dims::is_symbolic(d))
+}
+
+/// The node's tensor arguments (top-level references), in order.
+fn tensor_refs(node: &Node) -> impl Iterator<Item = &ValueRef> {
+    node.args.iter().filter_map(|a| match a {
+        Arg::Ref(r) => Some(r),
+        _ => None,
+    })
+}
+
+/// The symbolic batch `node` is lowered per sample over, if it is: its op computes samples
+/// alone, its first tensor argument's first size is symbolic and its other sizes fixed, every
+/// output is of that batch then fixed sizes, and every other tensor argument is either too
+/// or of fixed sizes (a weight). No argument is a symbolic number.
+pub(super) fn batch_of(graph: &Graph, node: &Node, per_sample: bool) -> Option<i64> {
+    if !per_sample || node.lowering.is_some() {
+        return None;
+    }
+    let mut metas = tensor_refs(node).map(|r| graph.meta(r));
+    let batch = *metas.next()??.shape.first()?;
+    if !dims::is_symbolic(batch) {
+        return None;
+    }
+    let fixed = |m: &TensorMeta| !m.shape.iter().any(|&d| dims::is_symbolic(d));
+    let arguments = tensor_refs(node)
+        .map(|r| graph.meta(r))
+        .all(|m| m.is_some_and(|m| batched(&m.shape, batch) || fixed(m)));
+    let outputs = node.outputs.iter().all(|m| batched(&m.shape, batch));
+    let numbers = node.args.iter().any(symbolic_number);
+    (arguments && outputs && !numbers).then_some(batch)
+}
+
+/// `meta` for one sample: its first size 1.
+fn one_sample(meta: &TensorMeta) -> TensorMeta {
+    let mut shape = meta.shape.clone();
+    shape[0] = 1;
+    TensorMeta {
+        shape,
+        ..meta.clone()
+    }
+}
+
+/// Lowers `node` (of batch `batch`, see [`batch_of`]) with `lower` for one sample into `body`,
+/// which becomes the body of an `scf.for` over the batch carrying the node's outputs; returns
+/// the loop's results. The loop is written with no body: [`attach`] gives it `body` once the
+/// graph function is lowered.
+pub(super) fn lower<'c, 'a>(
+    ctx: &mut LowerCtx<'c, 'a>,
+    node: &Node,
+    batch: i64,
+    body: &'a Block<'c>,
+    lower: &LowerFn,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let refs: Vec<&ValueRef> = tensor_refs(node).collect();
+    let output_types = node
+        .outputs
+        .iter()
+        .map(|m| ctx.e.tensor_type(&m.shape, m.dtype))
+        .collect::<Result<Vec<_>>>()?;
+    let index = Type::index(ctx.e.context);
+    let at = body.add_argument(index, ctx.e.loc);
+    let carried: Vec<Value> = output_types
+        .iter()
+        .map(|&t| body.add_argument(t, ctx.e.loc))
+        .collect();
+    // While the node lowers, its batched arguments are their slices at the sample, of one
+    // sample's sizes, and it writes into the loop's body.
+    let graph_block = std::mem::replace(&mut ctx.e.block, body);
+    let mut saved = Vec::with_capacity(refs.len());
+    for r in refs {
+        let meta = ctx.meta_of(r)?;
+        if meta.shape[0] != batch || saved.iter().any(|(s, _, _)| s == r) {
+            continue;
+        }
+        let slice = ctx
+            .e
+            .extract_at(ctx.value(r)?, &meta.shape, 0, at, Some(1), meta.dtype)?;
+        let sample = one_sample(meta).shape;
+        saved.push((
+            r.clone(),
+            ctx.values.insert(r.clone(), slice),
+            ctx.shapes.insert(r.clone(), sample),
+        ));
+    }
+    let outputs = std::mem::replace(
+        &mut ctx.node_outputs,
+        node.outputs.iter().map(one_sample).collect(),
+    );
+    let results = lower(ctx, node);
+    ctx.node_outputs = outputs;
+    for (r, value, shape) in saved.into_iter().rev() {
+        match value {
+            Some(v) => ctx.values.insert(r.clone(), v),
+            None => ctx.values.remove(&r),
+        };
+        match shape {
+            Some(s) => ctx.shapes.insert(r, s),
+            None => ctx.shapes.remove(&r),
+        };
+    }
+    let written = results.and_then(|results| {
+        results
+            .into_iter()
+            .zip(&carried)
+            .zip(&node.outputs)
+            .map(|((value, &into), meta)| {
+                ctx.e
+                    .insert_at(value, into, &meta.shape, (0, at, Some(1)), false)
+            })
+            .collect::<Result<Vec<_>>>()
+    });
+    if let Ok(written) = &written {
+        ctx.e.op("scf.yield", written, &[], &[])?;
+    }
+    ctx.e.block = graph_block;
+    written?;
+
+    let e = &ctx.e;
+    let mut operands = vec![e.index(0)?, e.size(batch)?, e.index(1)?];
+    for m in &node.outputs {
+        operands.push(e.empty(&m.shape, m.dtype)?);
+    }
+    let op = OperationBuilder::new("scf.for", e.loc)
+        .add_operands(&operands)
+        .add_results(&output_types)
+        .add_regions([Region::new()])
+        .add_attributes(&[(
+            Identifier::new(e.context, SAMPLES),
+            Attribute::unit(e.context),
+        )])
+        .build()
+        .map_err(|err| internal(format!("scf.for: {err}")))?;
+    let op = e.block.append_operation(op);
+    ctx.loops.push(op.to_raw());
+    (0..op.result_count())
+        .map(|i| op.result(i).map(Into::into).map_err(internal))
+        .collect()
+}
+
+/// Gives each loop over a batch written by [`lower`] (`loops`, in order) its body (`bodies`, in
+/// the same order).
+pub(super) fn attach<'c>(loops: &[MlirOperation], bodies: Vec<Block<'c>>) -> Result<()> {
+    if loops.len() != bodies.len() {
+        return Err(internal(format!(
+            "{} loops over a batch for {} bodies",
+            loops.len(),
+            bodies.len()
+        )));
+    }
+    for (&raw, body) in loops.iter().zip(bodies) {
+        // SAFETY: `raw` is a live `scf.for` of the graph function, written by `lower` with one
+        // empty region; the function is not yet verified or used.
+        let op = unsafe { OperationRef::from_raw(raw) };
+        op.region(0).map_err(internal)?.append_block(body);
+    }
+    Ok(())
+}
