@@ -2,19 +2,23 @@
 //! computes each sample of its batch (the first dimension) from that sample alone. When the
 //! batch is a symbolic size and every other size of the node is fixed (a server's batches of
 //! any size, `mark_dynamic(x, 0)`), the node is lowered by its row's own lowering for one
-//! sample at fixed sizes, in the body of an `scf.for` over the batch: the body slices each
+//! sample at fixed sizes, in the body of an `scf.forall` over the batch: the body slices each
 //! batched argument at the sample (`tensor.extract_slice`, first size 1), computes the
-//! sample's outputs and writes them into the loop's outputs at the sample's place
-//! (`tensor.insert_slice`). The rows keep their fixed-size lowerings, which the schedule tiles
-//! and vectorises as in a kernel of fixed sizes.
+//! sample's outputs and writes them into the loop's shared outputs at the sample's place
+//! (`tensor.parallel_insert_slice`). The threads take whole samples (the `loops` stage hands
+//! the loop to OpenMP), and the ops of a sample run on the thread that took it: the schedule
+//! tiles and vectorises them as in a kernel of fixed sizes, but cuts no product in a loop
+//! across threads (splitting each sample's ops across the threads instead was slower: see
+//! docs/performance.md). A batch that is no multiple of the threads leaves a thread idle for
+//! its last samples.
 
 use super::emit::internal;
-use super::{LowerCtx, LowerFn, symbolic_number};
+use super::loops::reuse;
+use super::{Emit, LowerCtx, LowerFn, symbolic_number};
 use crate::error::Result;
 use crate::graph::{Arg, Graph, Node, TensorMeta, ValueRef, dims};
-use crate::pipeline::ir::ops::SAMPLES;
 use melior::ir::{
-    Attribute, Block, BlockLike, Identifier, OperationRef, Region, RegionLike, Type, Value,
+    Block, BlockLike, Identifier, OperationRef, Region, RegionLike, Type, Value,
     operation::{OperationBuilder, OperationLike},
 };
 use mlir_sys::MlirOperation;
@@ -91,9 +95,9 @@ fn one_sample(meta: &TensorMeta) -> TensorMeta {
 }
 
 /// Lowers `node` (of batch `batch`, see [`batch_of`]) with `lower` for one sample into `body`,
-/// which becomes the body of an `scf.for` over the batch carrying the node's outputs; returns
-/// the loop's results. The loop is written with no body: [`attach`] gives it `body` once the
-/// graph function is lowered.
+/// which becomes the body of an `scf.forall` over the batch whose shared outputs are the
+/// node's outputs; returns the loop's results. The loop is written with no body: [`attach`]
+/// gives it `body` once the graph function is lowered.
 pub(super) fn lower<'c, 'a>(
     ctx: &mut LowerCtx<'c, 'a>,
     node: &Node,
@@ -109,7 +113,7 @@ pub(super) fn lower<'c, 'a>(
         .collect::<Result<Vec<_>>>()?;
     let index = Type::index(ctx.e.context);
     let at = body.add_argument(index, ctx.e.loc);
-    let carried: Vec<Value> = output_types
+    let shared: Vec<Value> = output_types
         .iter()
         .map(|&t| body.add_argument(t, ctx.e.loc))
         .collect();
@@ -148,38 +152,56 @@ pub(super) fn lower<'c, 'a>(
             None => ctx.shapes.remove(&r),
         };
     }
+    // The sample's outputs go into the loop's shared outputs at the sample.
     let written = results.and_then(|results| {
-        results
-            .into_iter()
-            .zip(&carried)
-            .zip(&node.outputs)
-            .map(|((value, &into), meta)| {
-                ctx.e
-                    .insert_at(value, into, &meta.shape, (0, at, Some(1)), false)
-            })
-            .collect::<Result<Vec<_>>>()
+        let writes = Block::new(&[]);
+        {
+            let w = Emit {
+                block: &writes,
+                ..ctx.e
+            };
+            for ((value, &into), meta) in results.into_iter().zip(&shared).zip(&node.outputs) {
+                let place = (0, reuse(at), Some(1));
+                w.insert_at(reuse(value), reuse(into), &meta.shape, place, true)?;
+            }
+        }
+        let region = Region::new();
+        region.append_block(writes);
+        let terminator = OperationBuilder::new("scf.forall.in_parallel", ctx.e.loc)
+            .add_regions_vec(vec![region])
+            .build()
+            .map_err(|err| internal(format!("scf.forall.in_parallel: {err}")))?;
+        ctx.e.block.append_operation(terminator);
+        Ok(())
     });
-    if let Ok(written) = &written {
-        ctx.e.op("scf.yield", written, &[], &[])?;
-    }
     ctx.e.block = graph_block;
     written?;
 
     let e = &ctx.e;
-    let mut operands = vec![e.index(0)?, e.size(batch)?, e.index(1)?];
+    let mut operands = vec![e.size(batch)?];
     for m in &node.outputs {
         operands.push(e.empty(&m.shape, m.dtype)?);
     }
-    let op = OperationBuilder::new("scf.for", e.loc)
+    let attributes = [
+        ("staticLowerBound", "array<i64: 0>".to_string()),
+        // ShapedType::kDynamic: the upper bound is the operand.
+        ("staticUpperBound", format!("array<i64: {}>", i64::MIN)),
+        ("staticStep", "array<i64: 1>".to_string()),
+        (
+            "operandSegmentSizes",
+            format!("array<i32: 0, 1, 0, {}>", node.outputs.len()),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| Ok((Identifier::new(e.context, k), e.attr(&v)?)))
+    .collect::<Result<Vec<_>>>()?;
+    let op = OperationBuilder::new("scf.forall", e.loc)
         .add_operands(&operands)
         .add_results(&output_types)
         .add_regions([Region::new()])
-        .add_attributes(&[(
-            Identifier::new(e.context, SAMPLES),
-            Attribute::unit(e.context),
-        )])
+        .add_attributes(&attributes)
         .build()
-        .map_err(|err| internal(format!("scf.for: {err}")))?;
+        .map_err(|err| internal(format!("scf.forall: {err}")))?;
     let op = e.block.append_operation(op);
     ctx.loops.push(op.to_raw());
     (0..op.result_count())
@@ -198,7 +220,7 @@ pub(super) fn attach<'c>(loops: &[MlirOperation], bodies: Vec<Block<'c>>) -> Res
         )));
     }
     for (&raw, body) in loops.iter().zip(bodies) {
-        // SAFETY: `raw` is a live `scf.for` of the graph function, written by `lower` with one
+        // SAFETY: `raw` is a live `scf.forall` of the graph function, written by `lower` with one
         // empty region; the function is not yet verified or used.
         let op = unsafe { OperationRef::from_raw(raw) };
         op.region(0).map_err(internal)?.append_block(body);

@@ -14,7 +14,7 @@ use super::ir::maps::{
     IteratorKind, MapResult, backward_dims, body_ops, indexing_maps, is_identity_of,
     iterator_kinds, map_results, plain_body,
 };
-use super::ir::ops::{op_name, tensor_dims, tensor_shape, with_sample_bodies};
+use super::ir::ops::{op_name, tensor_dims, tensor_shape};
 use super::rows;
 use super::transform::{ANY, append_script, handles, has_entry, list, script, tag};
 use crate::error::Result;
@@ -23,7 +23,7 @@ use crate::tuning::{MIN_PARALLEL_MATH_WORK, MIN_PARALLEL_WORK, SYMBOLIC_PLANNING
 use melior::{
     Context,
     ir::{
-        BlockRef, Module, OperationRef, RegionLike, TypeLike, ValueLike,
+        Module, OperationRef, RegionLike, TypeLike, ValueLike,
         block::BlockLike,
         operation::OperationLike,
         operation::OperationResult,
@@ -380,8 +380,59 @@ fn plan_splits(module: &Module, threads: i64, l2: i64) -> Vec<SplitOp> {
             .ok()
             .and_then(|r| r.first_block())
             .filter(|_| f.name().as_string_ref().as_str() == Ok("func.func"));
-        for block in block.map(with_sample_bodies).unwrap_or_default() {
-            plan_block(block, threads, l2, &mut planned);
+        let mut ops = Vec::new();
+        let mut next = block.and_then(|b| b.first_operation());
+        while let Some(op) = next {
+            ops.push(op);
+            next = op.next_in_block();
+        }
+        let mut members = HashSet::new();
+        let mut consumers = HashMap::new();
+        for mut group in rows::find(&ops) {
+            let consumer = ops
+                .iter()
+                .find(|o| o.to_raw().ptr as usize == group.consumer);
+            if let Some(plan) = consumer.and_then(|c| row_plan(c, group.rows, threads, l2)) {
+                rows::privatise_fills(&mut group, &ops);
+                members.extend(group.members.iter().copied());
+                consumers.insert(group.consumer, (group.members, plan));
+            }
+        }
+        for op in ops {
+            let key = op.to_raw().ptr as usize;
+            if members.contains(&key) {
+                continue;
+            }
+            if let Some((group, (split, tiles))) = consumers.remove(&key) {
+                planned.push(SplitOp {
+                    op: key,
+                    split,
+                    flatten: false,
+                    transpose: None,
+                    fill_operand: fill_operand(&op),
+                    rows: Some((group, tiles)),
+                });
+                continue;
+            }
+            let name = op.name().as_string_ref().as_str().unwrap_or("").to_string();
+            if op.result_count() == 1
+                && let Some((ranges, parallel)) = loops(&op, &name)
+            {
+                let split = choose_split(&ranges, &parallel, min_work(&op), threads);
+                let generic = name == "linalg.generic";
+                let transpose = generic.then(|| transpose_tiles(&op, split)).flatten();
+                let flatten = generic && flattens(&op);
+                if split.is_some() || transpose.is_some() || flatten {
+                    planned.push(SplitOp {
+                        op: key,
+                        split,
+                        flatten,
+                        transpose,
+                        fill_operand: fill_operand(&op),
+                        rows: None,
+                    });
+                }
+            }
         }
         function = f.next_in_block();
     }
@@ -395,65 +446,6 @@ fn plan_splits(module: &Module, threads: i64, l2: i64) -> Vec<SplitOp> {
         .collect();
     planned.retain(|p| !fused.contains(&p.op));
     planned
-}
-
-/// Plans the splits of the ops of `block` (a function's, or the body of a loop over samples)
-/// into `planned`.
-fn plan_block(block: BlockRef, threads: i64, l2: i64, planned: &mut Vec<SplitOp>) {
-    let mut ops = Vec::new();
-    let mut next = block.first_operation();
-    while let Some(op) = next {
-        ops.push(op);
-        next = op.next_in_block();
-    }
-    let mut members = HashSet::new();
-    let mut consumers = HashMap::new();
-    for mut group in rows::find(&ops) {
-        let consumer = ops
-            .iter()
-            .find(|o| o.to_raw().ptr as usize == group.consumer);
-        if let Some(plan) = consumer.and_then(|c| row_plan(c, group.rows, threads, l2)) {
-            rows::privatise_fills(&mut group, &ops);
-            members.extend(group.members.iter().copied());
-            consumers.insert(group.consumer, (group.members, plan));
-        }
-    }
-    for op in ops {
-        let key = op.to_raw().ptr as usize;
-        if members.contains(&key) {
-            continue;
-        }
-        if let Some((group, (split, tiles))) = consumers.remove(&key) {
-            planned.push(SplitOp {
-                op: key,
-                split,
-                flatten: false,
-                transpose: None,
-                fill_operand: fill_operand(&op),
-                rows: Some((group, tiles)),
-            });
-            continue;
-        }
-        let name = op.name().as_string_ref().as_str().unwrap_or("").to_string();
-        if op.result_count() == 1
-            && let Some((ranges, parallel)) = loops(&op, &name)
-        {
-            let split = choose_split(&ranges, &parallel, min_work(&op), threads);
-            let generic = name == "linalg.generic";
-            let transpose = generic.then(|| transpose_tiles(&op, split)).flatten();
-            let flatten = generic && flattens(&op);
-            if split.is_some() || transpose.is_some() || flatten {
-                planned.push(SplitOp {
-                    op: key,
-                    split,
-                    flatten,
-                    transpose,
-                    fill_operand: fill_operand(&op),
-                    rows: None,
-                });
-            }
-        }
-    }
 }
 
 /// Appends to `body` the fusion of a row group's members (`handles`, in block order) into

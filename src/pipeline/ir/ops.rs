@@ -2,7 +2,7 @@
 //! vector or memref value, an index constant's value, a value's sole use.
 
 use melior::ir::{
-    Attribute, BlockLike, BlockRef, OperationRef, RegionLike, Type, Value, ValueLike,
+    Attribute, OperationRef, Type, Value, ValueLike,
     attribute::{ArrayAttribute, AttributeLike, IntegerAttribute},
     operation::{OperationLike, OperationResult},
     r#type::{DimSize, RankedTensorType, ShapedTypeLike},
@@ -17,27 +17,6 @@ use mlir_sys::{
     mlirShapedTypeGetDimSize, mlirShapedTypeGetElementType, mlirShapedTypeGetRank,
     mlirTypeIsALLVMPointerType, mlirTypeIsAVector, mlirValueGetFirstUse, mlirVectorTypeIsScalable,
 };
-
-/// Discardable unit attribute of an `scf.for` over the samples of a batch, whose body holds
-/// the ops of nodes lowered one sample at a time (`lower::samples`): the stages that work on
-/// a function's top-level ops work on its body's too.
-pub const SAMPLES: &str = "fxmlir.samples";
-
-/// `block` and the bodies of the loops over samples among its ops (see [`SAMPLES`]), in
-/// order.
-pub fn with_sample_bodies<'c, 'a>(block: BlockRef<'c, 'a>) -> Vec<BlockRef<'c, 'a>> {
-    let mut blocks = vec![block];
-    let mut next = block.first_operation();
-    while let Some(op) = next {
-        if op.has_attribute(SAMPLES)
-            && let Some(body) = op.region(0).ok().and_then(|r| r.first_block())
-        {
-            blocks.push(body);
-        }
-        next = op.next_in_block();
-    }
-    blocks
-}
 
 pub fn op_name(op: &OperationRef) -> String {
     op.name().as_string_ref().as_str().unwrap_or("").to_string()
