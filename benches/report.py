@@ -415,14 +415,16 @@ def shapes_summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 sym["cost"],
             )
         )
-    enc = results.get("batches")
-    if enc and "fxmlir" in enc:
-        fx, ind = enc["fxmlir"], enc["inductor"]
+    for key, model in (("batches", "BERT"), ("vision_batches", "ResNet-18")):
+        probe = results.get(key)
+        if not probe or "fxmlir" not in probe:
+            continue
+        fx, ind = probe["fxmlir"], probe["inductor"]
         passes = [ratio(fx[f"{p}_pass_ms"], ind[f"{p}_pass_ms"]) for p in ("first", "second")]
         lines.append(
             _line(
-                "batches",
-                f"BERT over batch sizes: fxmlir/Inductor first pass {passes[0]:.2f}, second "
+                key,
+                f"{model} over batch sizes: fxmlir/Inductor first pass {passes[0]:.2f}, second "
                 f"{passes[1]:.2f}, {fx['kernels']} kernels"
                 + ("" if fx["ok"] else " (outputs differ from eager's)"),
                 "both < 1.0, <= 2 kernels",
@@ -823,9 +825,9 @@ def _per_backend(r: dict[str, Any], timings: Callable[[dict[str, Any]], list[str
     return rows
 
 
-def batches_table(results: dict[str, Any]) -> list[str]:
-    r = results.get("batches")
-    if (lines := not_measured(r, "batches probe")) is not None:
+def batches_table(results: dict[str, Any], key: str = "batches") -> list[str]:
+    r = results.get(key)
+    if (lines := not_measured(r, f"{key} probe")) is not None:
         return lines
     rows = _per_backend(
         r, lambda b: [fmt(b["first_pass_ms"], ".0f"), fmt(b["second_pass_ms"], ".0f")]
@@ -1018,6 +1020,10 @@ def markdown(results: dict[str, Any]) -> str:
             batches_table,
         ),
         (
+            "ResNet-18 at 160 x 160, batch sizes 1..16 in random order",
+            lambda r: batches_table(r, "vision_batches"),
+        ),
+        (
             "Segmentation: LR-ASPP MobileNetV3-Large, batch 1, at three image sizes",
             segmentation_table,
         ),
@@ -1040,6 +1046,7 @@ def markdown(results: dict[str, Any]) -> str:
         "symbolic",
         "generate",
         "batches",
+        "vision_batches",
         "segmentation",
         "memory",
         "constants",

@@ -48,6 +48,7 @@ EXPERIMENTS = (
     "symbolic",
     "generate",
     "batches",
+    "vision_batches",
     "segmentation",
     "memory",
     "constants",
@@ -199,6 +200,7 @@ def main() -> int:
             "symbolic",
             "generate",
             "batches",
+            "vision_batches",
             "segmentation",
         ):
             results[name] = runner.spawn(name)

@@ -1,6 +1,6 @@
 """Workloads whose shapes move: greedy ``generate()`` with a KV cache (the cache grows every
-token), a BERT encoder called with batch sizes in random order and a segmentation model at
-three image sizes. Each backend compiles the
+token), a BERT encoder and a ResNet called with batch sizes in random order and a
+segmentation model at three image sizes. Each backend compiles the
 model with ``torch.compile``'s defaults (Dynamo marks a dimension dynamic once it changes),
 from a reset Dynamo, in this one process; eager runs the same calls."""
 
@@ -146,25 +146,57 @@ def _encoder() -> torch.nn.Module:
 
 def batches(budget_s: float, repeat: int | None) -> dict[str, Any]:
     """A BERT encoder called with ``BATCH_CALLS`` batch sizes from ``1..MAX_BATCH`` in random
-    order, twice over: per backend, each pass's milliseconds (the first compiles, from a reset
-    Dynamo; in the second the backends take turns call by call), whether every output
-    matches eager, and fxmlir's kernels (of the first pass)."""
+    order of ``SEQUENCE`` tokens: see :func:`_over_batches`."""
     del budget_s, repeat
     model = _encoder()
-    draw = random.Random(0)
-    sizes = [draw.randint(1, MAX_BATCH) for _ in range(BATCH_CALLS)]
+    sizes = _batch_sizes(MAX_BATCH)
     torch.manual_seed(1)
     inputs = [torch.randint(0, VOCAB, (n, SEQUENCE)) for n in sizes]
-    result: dict[str, Any] = {"sizes": sizes, "sequence": SEQUENCE}
+    result = _over_batches(lambda f, x: f(x).last_hidden_state, model, inputs)
+    return {"sizes": sizes, "sequence": SEQUENCE} | result
+
+
+#: The vision server: ResNet-18 (torchvision, random weights) on images of ``VISION_IMAGE``
+#: pixels square, batch sizes drawn from ``1..VISION_MAX_BATCH``.
+VISION_IMAGE, VISION_MAX_BATCH = 160, 16
+
+
+def vision_batches(budget_s: float, repeat: int | None) -> dict[str, Any]:
+    """ResNet-18 called with ``BATCH_CALLS`` batch sizes from ``1..VISION_MAX_BATCH`` in
+    random order: see :func:`_over_batches`."""
+    import torchvision
+
+    del budget_s, repeat
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().eval()
+    sizes = _batch_sizes(VISION_MAX_BATCH)
+    torch.manual_seed(1)
+    inputs = [torch.randn(n, 3, VISION_IMAGE, VISION_IMAGE) for n in sizes]
+    result = _over_batches(lambda f, x: f(x), model, inputs)
+    return {"sizes": sizes, "image": VISION_IMAGE} | result
+
+
+def _batch_sizes(largest: int) -> list[int]:
+    """``BATCH_CALLS`` batch sizes from ``1..largest``, the same in every run."""
+    draw = random.Random(0)
+    return [draw.randint(1, largest) for _ in range(BATCH_CALLS)]
+
+
+def _over_batches(output: Any, model: torch.nn.Module, inputs: list[torch.Tensor]) -> dict:
+    """``model`` called on ``inputs`` (``output(call, x)`` is the tensor compared), twice over:
+    per backend, each pass's milliseconds (the first compiles, from a reset Dynamo; in the
+    second the backends take turns call by call), whether every output matches eager, and
+    fxmlir's kernels (of the first pass)."""
+    result: dict[str, Any] = {}
     calls = {}
     with torch.no_grad():
-        expected = [model(x).last_hidden_state for x in inputs]
+        expected = [output(model, x) for x in inputs]
 
         def one_pass(call: Any) -> tuple[list[float], bool]:
             times, same = [], True
             for x, e in zip(inputs, expected, strict=True):
                 start = time.perf_counter()
-                out = call(x).last_hidden_state
+                out = output(call, x)
                 times.append((time.perf_counter() - start) * 1e3)
                 same = same and measure.check(out, e)["ok"]
             return times, same
@@ -186,7 +218,7 @@ def batches(budget_s: float, repeat: int | None) -> dict[str, Any]:
         for x, e in zip(inputs, expected, strict=True):
             for name in BACKENDS:
                 start = time.perf_counter()
-                out = calls[name](x).last_hidden_state
+                out = output(calls[name], x)
                 second[name] += (time.perf_counter() - start) * 1e3
                 result[name]["ok"] &= measure.check(out, e)["ok"]
         for name in BACKENDS:
@@ -204,8 +236,9 @@ def segmentation(budget_s: float, repeat: int | None) -> dict[str, Any]:
     ``SEGMENT_SIZES``: per backend the first round over the sizes (compiles included, from a
     reset Dynamo), the median milliseconds per size over the later rounds, in which the
     backends take turns call by call (after an untimed round), whether every output matches
-    eager, and fxmlir's kernels. Its convolutions, pooling and resizes take no symbolic sizes
-    yet: fxmlir compiles each size (a new size's first call runs eagerly)."""
+    eager, and fxmlir's kernels. Its convolutions, pooling and resizes take a symbolic batch
+    only, not symbolic image sizes: fxmlir compiles each size (a new size's first call runs
+    eagerly)."""
     import torchvision
 
     del budget_s, repeat

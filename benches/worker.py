@@ -5,8 +5,8 @@ and a crash costs one row only.
     .venv/bin/python benches/worker.py TASK OUT.json [--budget S] [--repeat N] [--threads N]
 
 Tasks: ``case:<name>`` (see cases.py), ``cache:<name>``, ``layers``, ``bandwidth``, ``overhead``,
-``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``segmentation``,
-``constants``.
+``interleaved``, ``checks``, ``symbolic``, ``generate``, ``batches``, ``vision_batches``,
+``segmentation``, ``constants``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def run_task(task: str, budget_s: float, repeat: int | None) -> dict:
         return shapes.generate(budget_s, repeat)
     if kind == "batches":
         return shapes.batches(budget_s, repeat)
+    if kind == "vision_batches":
+        return shapes.vision_batches(budget_s, repeat)
     if kind == "segmentation":
         return shapes.segmentation(budget_s, repeat)
     if kind == "memory":

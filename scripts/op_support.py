@@ -49,9 +49,16 @@ def tested_dtypes() -> dict[str, list[str]]:
     return out
 
 
-def status(op: str, native: dict[str, str], symbolic: set[str]) -> str:
+def sizes(op: str, symbolic: set[str], batch: set[str]) -> str:
+    """What symbolic sizes `op` takes, as its status says it."""
+    if op in symbolic:
+        return ", symbolic sizes"
+    return ", symbolic batch" if op in batch else ""
+
+
+def status(op: str, native: dict[str, str], symbolic: set[str], batch: set[str]) -> str:
     if op in native:
-        return f"native ({native[op]}){', symbolic sizes' if op in symbolic else ''}"
+        return f"native ({native[op]}){sizes(op, symbolic, batch)}"
     if op in WRITTEN_OUT:
         return "written out (`fxmlir.passes.decompositions`), when its arguments allow"
     if op.split(".")[1].startswith("sym_"):
@@ -65,6 +72,7 @@ def status(op: str, native: dict[str, str], symbolic: set[str]) -> str:
 def render() -> str:
     native = fxmlir.supported_ops()
     symbolic = set(fxmlir._fxmlir.dynamic_ops())
+    batch = set(fxmlir._fxmlir.batch_ops())
     core = core_overloads()
     dtypes = tested_dtypes()
     lowered = [op for op in core if op in native]
@@ -80,16 +88,16 @@ def render() -> str:
         "Ops marked eager run in PyTorch between compiled partitions (see `fxmlir.explain`).",
         "Dtypes marked `*` have an expected failure for some sample, with its reason in the table.",
         "Ops marked *symbolic sizes* lower with sizes Dynamo made symbolic: a graph of such ops",
-        "compiles once for every size ([interchange.md](interchange.md#symbolic-sizes)); any other",
-        "graph compiles per size.",
+        "compiles once for every size ([interchange.md](interchange.md#symbolic-sizes)); those",
+        "marked *symbolic batch* take a symbolic first size, every other size fixed, one sample at",
+        "a time; any other graph compiles per size.",
         "",
         "| core overload | status | dtypes tested against eager |",
         "|---|---|---|",
     ]
     for op in core:
-        lines.append(
-            f"| `{op}` | {status(op, native, symbolic)} | {', '.join(dtypes.get(op, [])) or '—'} |"
-        )
+        tested = ", ".join(dtypes.get(op, [])) or "—"
+        lines.append(f"| `{op}` | {status(op, native, symbolic, batch)} | {tested} |")
     extra = sorted(op for op in native if op not in core)
     lines += [
         "",
@@ -99,7 +107,7 @@ def render() -> str:
         "|---|---|---|",
     ]
     for op in extra:
-        family = native[op] + (", symbolic sizes" if op in symbolic else "")
+        family = native[op] + sizes(op, symbolic, batch)
         lines.append(f"| `{op}` | {family} | {', '.join(dtypes.get(op, [])) or '—'} |")
     return "\n".join(lines) + "\n"
 
