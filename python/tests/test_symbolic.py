@@ -299,7 +299,7 @@ def test_a_resize_to_the_input_size_compiles_per_size_in_one_graph():
 
 class _ConvNet(torch.nn.Module):
     """Every per-sample row a vision model uses: convolutions (strided, grouped, with and
-    without bias), batch norm, max and average pooling, padding, adaptive pooling."""
+    without bias), batch norm, max and average pooling, padding, resizes, adaptive pooling."""
 
     def __init__(self):
         super().__init__()
@@ -317,6 +317,9 @@ class _ConvNet(torch.nn.Module):
         y = torch.nn.functional.pad(y, (1, 1, 1, 1), value=0.5)
         y = torch.nn.functional.avg_pool2d(y, 3, stride=1)
         y = torch.relu(self.grouped(y))
+        # Traced as gathers (``index`` with index tensors of fixed sizes) under a symbolic batch.
+        y = torch.nn.functional.interpolate(y, scale_factor=2.0, mode="bilinear")
+        y = torch.nn.functional.interpolate(y, size=(9, 7), mode="nearest")
         return self.head(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
 
 
@@ -334,6 +337,21 @@ def test_a_conv_net_with_a_dynamic_batch_compiles_once():
             torch._dynamo.mark_dynamic(x, 0)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_a_gather_across_the_batch_is_not_lowered_per_sample():
+    """``x[idx]`` reads other samples: the graph compiles per size, each call as eager."""
+
+    def fn(x, idx):
+        return torch.relu(x)[idx] * 2
+
+    compiled = torch.compile(fn, backend="fxmlir")
+    idx = torch.tensor([1, 0, 1])
+    with fxmlir.config.patch(background=False):
+        for n in [2, 3, 5]:
+            x = torch.randn(n, 4, 6)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x, idx), fn(x, idx))
 
 
 def test_a_conv_net_with_symbolic_image_sizes_compiles_per_size(caplog):

@@ -848,7 +848,7 @@ fn symbolic_number(arg: &Arg) -> bool {
 fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
     if lowering.per_sample && !lowering.dynamic {
         return fail(
-            "its lowering takes a symbolic batch only, every other size fixed (compile the graph for fixed sizes)",
+            "its lowering takes a symbolic batch only: the first size of its first argument and outputs, every other size fixed, no index into the batch (compile the graph for fixed sizes)",
         );
     }
     if !lowering.dynamic {

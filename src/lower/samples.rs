@@ -1,5 +1,5 @@
-//! Nodes lowered per sample. A convolution, a pooling, a padding, a resize or a grid sample
-//! computes each sample of its batch (the first dimension) from that sample alone. When the
+//! Nodes lowered per sample. A convolution, a pooling, a padding, a resize, a grid sample or
+//! an `index` that indexes no batch computes each sample of its batch (the first dimension) from that sample alone. When the
 //! batch is a symbolic size and every other size of the node is fixed (a server's batches of
 //! any size, `mark_dynamic(x, 0)`), the node is lowered by its row's own lowering for one
 //! sample at fixed sizes, in the body of an `scf.forall` over the batch: the body slices each
@@ -24,9 +24,9 @@ use melior::ir::{
 use mlir_sys::MlirOperation;
 
 /// The ops whose rows compute every sample of the first dimension from that sample alone
-/// (the pooling, padding and resize rows act on the trailing dimensions; a batch norm in
-/// evaluation mode uses fixed statistics).
-pub(super) const PER_SAMPLE_OPS: [&str; 20] = [
+/// (the pooling, padding and resize rows act on the trailing dimensions; `index` when it
+/// indexes no batch: a bilinear resize Dynamo traced as gathers).
+pub(super) const PER_SAMPLE_OPS: [&str; 21] = [
     "aten.convolution.default",
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool3d_with_indices.default",
@@ -47,6 +47,7 @@ pub(super) const PER_SAMPLE_OPS: [&str; 20] = [
     "aten.upsample_bilinear2d.vec",
     "aten.upsample_bilinear2d.default",
     "aten.grid_sampler_2d.default",
+    "aten.index.Tensor",
 ];
 
 /// Whether `shape` is `batch` followed by fixed sizes.
@@ -65,7 +66,8 @@ fn tensor_refs(node: &Node) -> impl Iterator<Item = &ValueRef> {
 /// The symbolic batch `node` is lowered per sample over, if it is: its op computes samples
 /// alone, its first tensor argument's first size is symbolic and its other sizes fixed, every
 /// output is of that batch then fixed sizes, and every other tensor argument is either too
-/// or of fixed sizes (a weight). No argument is a symbolic number.
+/// or of fixed sizes (a weight). A list of tensors (`index`'s indices) holds fixed ones and
+/// indexes no batch (its first entry is `None`). No argument is a symbolic number.
 pub(super) fn batch_of(graph: &Graph, node: &Node, per_sample: bool) -> Option<i64> {
     if !per_sample || node.lowering.is_some() {
         return None;
@@ -75,13 +77,33 @@ pub(super) fn batch_of(graph: &Graph, node: &Node, per_sample: bool) -> Option<i
     if !dims::is_symbolic(batch) {
         return None;
     }
-    let fixed = |m: &TensorMeta| !m.shape.iter().any(|&d| dims::is_symbolic(d));
     let arguments = tensor_refs(node)
         .map(|r| graph.meta(r))
         .all(|m| m.is_some_and(|m| batched(&m.shape, batch) || fixed(m)));
     let outputs = node.outputs.iter().all(|m| batched(&m.shape, batch));
     let numbers = node.args.iter().any(symbolic_number);
-    (arguments && outputs && !numbers).then_some(batch)
+    let lists = node.args.iter().all(|a| match a {
+        Arg::List(items) => list_fits(items, graph),
+        _ => true,
+    });
+    (arguments && outputs && lists && !numbers).then_some(batch)
+}
+
+/// Whether `meta` has no symbolic size.
+fn fixed(meta: &TensorMeta) -> bool {
+    !meta.shape.iter().any(|&d| dims::is_symbolic(d))
+}
+
+/// Whether a list argument holds no tensor, or tensors of fixed sizes after a `None` (the
+/// indices of an `index` that indexes no batch).
+fn list_fits(items: &[Arg], graph: &Graph) -> bool {
+    let mut refs = items.iter().filter_map(|i| match i {
+        Arg::Ref(r) => Some(r),
+        _ => None,
+    });
+    let first_is_none = matches!(items.first(), Some(Arg::None));
+    refs.clone().next().is_none()
+        || (first_is_none && refs.all(|r| graph.meta(r).is_some_and(fixed)))
 }
 
 /// `meta` for one sample: its first size 1.
