@@ -173,3 +173,29 @@ def test_module_weights_are_transposed_once(tmp_path):
     (scheduled,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.mlir")]
     assert not re.search(r"linalg\.generic.*outs\(%\S+ : tensor<3x3x", scheduled)
     assert len(re.findall(r"x86vector|vector\.fma|vector\.contract", scheduled)) > 0
+
+
+def test_a_dynamic_batch_convolves_each_sample_by_taps(tmp_path):
+    """A batch marked dynamic: one kernel loops over the samples (``src/lower/samples.rs``:
+    an ``scf.forall``, whole samples to each thread), each sample's convolution the tap loop
+    for one thread (no ``scf.forall`` of its own), its weight tap-major from outside the
+    kernel (the hoist's copy is an input, no transposition is left in the kernel)."""
+    import json
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(64, 96, 3, padding=1), torch.nn.ReLU()).eval()
+    settings = {"fallback": "error", "dump_dir": str(tmp_path), "specializations": 0}
+    with torch.no_grad(), fxmlir.config.patch(**settings):
+        compiled = torch.compile(model, backend="fxmlir")
+        for n in (2, 3, 5):
+            x = torch.randn(n, 64, 12, 15)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
+    assert document["symbols"], document["name"]
+    assert [3, 3, 96, 64] in [i["meta"]["shape"] for i in document["inputs"]]
+    lowered = _lowered(tmp_path)
+    assert lowered.count("scf.forall (") == 1, lowered[:3000]
+    _assert_tap_loop(lowered, 9)
+    (scheduled,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.mlir")]
+    assert not re.search(r"linalg\.generic.*outs\(%\S+ : tensor<3x3x", scheduled)

@@ -323,6 +323,9 @@ pub struct LowerCtx<'c, 'a> {
     /// The CPU the module is for: lowerings that use its instructions (bf16 dot products) or
     /// widen for it read it here, never from the host.
     pub target: &'a Target,
+    /// `target` with one thread: the target of the nodes lowered per sample (see `samples`),
+    /// whose samples the threads share.
+    one_thread: &'a Target,
     graph: &'a Graph,
     values: HashMap<ValueRef, Value<'c, 'a>>,
     /// The shapes of the values a node lowered per sample reads, one sample's (see `samples`),
@@ -983,6 +986,7 @@ pub fn lower_graph<'c>(
         .collect();
     let sample_bodies: Vec<Block> = batches.iter().flatten().map(|_| Block::new(&[])).collect();
     let mut next_sample_body = sample_bodies.iter();
+    let one_thread = target.clone().with_threads(1);
     let mut next_body = bodies.iter();
     let decompositions = {
         let entry = Emit {
@@ -993,6 +997,7 @@ pub fn lower_graph<'c>(
         let mut ctx = LowerCtx {
             e: entry,
             target,
+            one_thread: &one_thread,
             graph,
             values: HashMap::new(),
             shapes: HashMap::new(),

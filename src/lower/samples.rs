@@ -6,9 +6,9 @@
 //! batched argument at the sample (`tensor.extract_slice`, first size 1), computes the
 //! sample's outputs and writes them into the loop's shared outputs at the sample's place
 //! (`tensor.parallel_insert_slice`). The threads take whole samples (the `loops` stage hands
-//! the loop to OpenMP), and the ops of a sample run on the thread that took it: the schedule
-//! tiles and vectorises them as in a kernel of fixed sizes, but cuts no product in a loop
-//! across threads (splitting each sample's ops across the threads instead was slower: see
+//! the loop to OpenMP), and the ops of a sample run on the thread that took it: the row
+//! lowers them for one thread, and the schedule tiles and vectorises them as in a kernel of
+//! fixed sizes, but cuts no product in a loop across threads (splitting each sample's ops across the threads instead was slower: see
 //! docs/performance.md). A batch that is no multiple of the threads leaves a thread idle for
 //! its last samples.
 
@@ -162,7 +162,9 @@ pub(super) fn lower<'c, 'a>(
         &mut ctx.node_outputs,
         node.outputs.iter().map(one_sample).collect(),
     );
+    let target = std::mem::replace(&mut ctx.target, ctx.one_thread);
     let results = lower(ctx, node);
+    ctx.target = target;
     ctx.node_outputs = outputs;
     for (r, value, shape) in saved.into_iter().rev() {
         match value {

@@ -1,6 +1,7 @@
 """Convolution weights handed over tap-major, transposed once outside the kernel.
 
-A stride-1 convolution of one image is one matrix product per kernel tap (``shifted_products``
+A stride-1 convolution of one image (or of a symbolic batch, one image at a time) is one
+matrix product per kernel tap (``shifted_products``
 in ``src/lower/conv.rs``): tap ``(i, j)`` multiplies the weight ``w[:, :, i, j]`` by a shifted
 slice of the padded input. Its left operands are the weight in its tap-major layout
 ``[k…, cout, c]``, which the kernel would otherwise transpose on every call (ResNet-50's 3 x 3
@@ -30,7 +31,12 @@ def _shifted(node: torch.fx.Node, target: str) -> bool:
     vx, vw = fake_val(x), fake_val(w)
     if vx is None or vw is None or transposed or vx.dtype != vw.dtype:
         return False
-    shapes = [list(vx.shape), list(vw.shape), stride, padding, dilation]
+    # A symbolic batch, every other size fixed: the lowering computes the convolution one
+    # sample at a time (src/lower/samples.rs), each sample one image.
+    image = list(vx.shape)
+    if image and isinstance(image[0], torch.SymInt):
+        image[0] = 1
+    shapes = [image, list(vw.shape), stride, padding, dilation]
     if not all(isinstance(d, int) for values in shapes for d in values):
         return False
     return _fxmlir.shifted_convolution(
