@@ -301,6 +301,89 @@ def eager(row: Row, sample: Sample) -> list[Any]:
     return [t.to(half) if isinstance(t, torch.Tensor) and t.dtype == f64 else t for t in out]
 
 
+def _data_inputs(sample: Sample) -> list[int]:
+    """The positions of the sample's data inputs: in the sample or each of its parts (when
+    merged), the first input and those of its rank and first size (a grid sampler's grid)."""
+    positions, at = [], 0
+    for part in sample.parts or [sample]:
+        first = part.inputs[0]
+        positions += [
+            at + k
+            for k, x in enumerate(part.inputs)
+            if x.dim() == first.dim() and x.dim() and len(x) == len(first)
+        ]
+        at += len(part.inputs)
+    return positions
+
+
+def check_batch(row: Row, samples: Sequence[Sample]) -> int:
+    """Compiles each sample through Dynamo twice, at fixed sizes and with the batch (first
+    size) of its data inputs dynamic, and calls both with each data input repeated along the
+    batch twice and three times (every other copy reversed along it). The dynamic graph must
+    give what the fixed-size ones give (both see Dynamo's decompositions, which test_op's
+    graphs do not), or fail as they fail; one whose batch stayed symbolic (Dynamo may still
+    fix it) must compile into one kernel for every batch. Returns how many did."""
+    from fxmlir import backend
+
+    op = overload(row.op)
+    dynamic = 0
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    for sample in samples:
+        data = [i for i in _data_inputs(sample) if len(sample.inputs[i])]
+        if not data:
+            continue
+
+        def fn(*xs, sample=sample):
+            return _call(op, sample, xs)
+
+        def repeated(x: torch.Tensor, copies: int) -> torch.Tensor:
+            return torch.cat([x.flip(0) if k % 2 else x for k in range(copies)])
+
+        def run(compiled: Any, inputs: list[torch.Tensor]) -> Any:
+            try:
+                with fxmlir.config.patch(**settings):
+                    return compiled(*inputs)
+            except Exception as error:  # noqa: BLE001 - compared with the other graph's
+                return type(error)
+
+        batches = [
+            [repeated(x, copies) if i in data else x for i, x in enumerate(sample.inputs)]
+            for copies in (2, 3)
+        ]
+        start = max((r.seq for r in backend.history), default=-1)
+        compiled = torch.compile(fn, backend="fxmlir", dynamic=False)
+        got = []
+        for inputs in batches:
+            marked = [x.clone() for x in inputs]
+            for i in data:
+                torch._dynamo.maybe_mark_dynamic(marked[i], 0)
+            got.append(run(compiled, marked))
+        records = [r for r in backend.history if r.seq > start]
+        for copies, inputs, result in zip((2, 3), batches, got, strict=True):
+            torch._dynamo.reset()
+            expected = run(torch.compile(fn, backend="fxmlir", dynamic=False), inputs)
+            where = f"{row.op} [{sample.id}] x{copies}"
+            if isinstance(expected, type) or isinstance(result, type):
+                assert result == expected, f"{where}: {result} at a dynamic batch, {expected} fixed"
+                continue
+            for i, (g, e) in enumerate(zip(result, expected, strict=True)):
+                atol, rtol = tolerance(e.dtype, row.tol)
+                torch.testing.assert_close(
+                    g,
+                    e,
+                    atol=atol,
+                    rtol=rtol,
+                    equal_nan=True,
+                    check_stride=False,
+                    msg=lambda m, i=i, w=where: f"{w} output {i}: {m}",
+                )
+        if any(r.symbols for r in records):
+            assert len(records) == 1, f"{row.op} [{sample.id}]: {records}"
+            dynamic += 1
+        torch._dynamo.reset()
+    return dynamic
+
+
 def check_symbolic(row: Row, samples: Sequence[Sample]) -> int:
     """Compiles the samples' graphs traced with symbolic sizes (``make_fx``'s symbolic mode:
     sizes 0 and 1 stay fixed) and compares each with eager; each graph with symbolic sizes

@@ -34,6 +34,7 @@ from op_harness import (
     b8,
     bf16,
     check,
+    check_batch,
     check_symbolic,
     eager,
     expanded,
@@ -4233,6 +4234,30 @@ EXTRA_SAMPLES = {
             lambda op, x: (op(0, x), op(1, x), op(-1, x), op(2, x)),
         )
     ],
+    # Images padded and gathered along their trailing dimensions only, which a symbolic
+    # batch takes one sample at a time (test_symbolic_batch).
+    ("aten.constant_pad_nd.default", f32): [
+        S(
+            "images",
+            [mk((2, 3, 4, 5), f32)],
+            lambda op, x: (op(x, [1, 2], -1.5), op(x, [0, 1, 2, 0], 0.0)),
+        )
+    ],
+    ("aten.index.Tensor", f32): [
+        S(
+            "images",
+            [
+                mk((2, 3, 4, 5), f32),
+                tensor([[3], [0], [2]], i64),
+                tensor([4, -1, 0, 1], i64),
+                tensor([2, 0], i64),
+            ],
+            lambda op, x, rows, columns, channels: (
+                op(x, [None, None, rows, columns]),
+                op(x, [None, channels]),
+            ),
+        )
+    ],
 }
 
 # Python ints outside a narrow integer dtype's range wrap into it, as PyTorch casts the scalar.
@@ -4399,6 +4424,23 @@ def test_symbolic_sizes(row: Row):
         for dt in dtypes
     )
     assert dynamic > 0, f"{row.op}: no sample has a symbolic size"
+
+
+BATCH_ROWS = [r for r in ROWS if r.op in set(fxmlir._fxmlir.batch_ops())]
+
+
+@pytest.mark.parametrize("row", BATCH_ROWS, ids=[r.op for r in BATCH_ROWS])
+def test_symbolic_batch(row: Row):
+    """Every row that takes a symbolic batch compiles its samples with their batch dynamic
+    into one kernel for every batch, one sample at a time, matching eager at two batches
+    (float32 where the row has it, else its first dtype)."""
+    dt = f32 if f32 in row.dtypes else row.dtypes[0]
+    samples = [
+        s
+        for s in _samples(row, dt)
+        if not any((row.op, k) in XFAIL for k in (NAME[dt], s.id, f"{NAME[dt]}/{s.id}"))
+    ]
+    assert check_batch(row, samples) > 0, f"{row.op}: no sample kept a symbolic batch"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.op for r in ROWS])
