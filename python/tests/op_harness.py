@@ -367,16 +367,7 @@ def check_batch(row: Row, samples: Sequence[Sample]) -> int:
                 assert result == expected, f"{where}: {result} at a dynamic batch, {expected} fixed"
                 continue
             for i, (g, e) in enumerate(zip(result, expected, strict=True)):
-                atol, rtol = tolerance(e.dtype, row.tol)
-                torch.testing.assert_close(
-                    g,
-                    e,
-                    atol=atol,
-                    rtol=rtol,
-                    equal_nan=True,
-                    check_stride=False,
-                    msg=lambda m, i=i, w=where: f"{w} output {i}: {m}",
-                )
+                _assert_close(row, g, e, f"{where} output {i}")
         if any(r.symbols for r in records):
             assert len(records) == 1, f"{row.op} [{sample.id}]: {records}"
             dynamic += 1
@@ -420,17 +411,23 @@ def check_symbolic(row: Row, samples: Sequence[Sample]) -> int:
                     f"{g.stride()}, eager {e.dtype}{list(e.shape)} strides {e.stride()}"
                 )
                 continue
-            atol, rtol = tolerance(e.dtype, row.tol)
-            torch.testing.assert_close(
-                g,
-                e,
-                atol=atol,
-                rtol=rtol,
-                equal_nan=True,
-                check_stride=False,
-                msg=lambda m, i=i, s=sample: f"{row.op} [{s.id}] output {i}: {m}",
-            )
+            _assert_close(row, g, e, f"{row.op} [{sample.id}] output {i}")
     return dynamic
+
+
+def _assert_close(row: Row, got: torch.Tensor, expected: torch.Tensor, where: str) -> None:
+    """``got`` is ``expected`` within the row's tolerance for its dtype (NaNs where it has
+    them, any strides)."""
+    atol, rtol = tolerance(expected.dtype, row.tol)
+    torch.testing.assert_close(
+        got,
+        expected,
+        atol=atol,
+        rtol=rtol,
+        equal_nan=True,
+        check_stride=False,
+        msg=lambda m: f"{where}: {m}",
+    )
 
 
 def check(row: Row, sample: Sample) -> None:
