@@ -4182,6 +4182,11 @@ ROWS: list[Row] = [
             ],
         ),
         tol=EXACT,
+        per_size={
+            sample: "traced symbolically, the input's sizes are symbols: a read of its storage "
+            "at fixed offsets takes fixed sizes (only a restride of unit dimensions is symbolic)"
+            for sample in ("values", "layouts")
+        },
     ),
 ]
 
@@ -4232,6 +4237,15 @@ EXTRA_SAMPLES = {
             "negative_exponent",
             [tensor([-1, -2, -3, 0, 1], i64)],
             lambda op, x: (op(0, x), op(1, x), op(-1, x), op(2, x)),
+        )
+    ],
+    # A restride of unit dimensions (PyTorch's 1 x 1 pooling of a channels-last image), the
+    # one as_strided that takes symbolic sizes.
+    ("aten.as_strided.default", f32): [
+        S(
+            "unit_restride",
+            [mk((3, 4, 1, 1), f32)],
+            lambda op, x: op(x, x.shape, [x.shape[1], 1, x.shape[1], x.shape[1]]),
         )
     ],
     # Images padded and gathered along their trailing dimensions only, which a symbolic

@@ -339,6 +339,30 @@ def test_a_conv_net_with_a_dynamic_batch_compiles_once():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
+def test_channels_last_images_pooled_to_one_pixel_compile_once():
+    """ConvNeXt's head: PyTorch pools a channels-last image to 1 x 1 as a mean, then
+    ``as_strided`` restrides the unit dimensions to channels-last; that restride is its
+    input, symbolic batch included, so the model stays one kernel for every batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    ).eval()
+    model = model.to(memory_format=torch.channels_last)
+    compiled = torch.compile(model, backend="fxmlir")
+    start = latest()
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    with torch.no_grad(), fxmlir.config.patch(**settings):
+        for n in [2, 3, 6]:
+            x = torch.randn(n, 3, 10, 12).to(memory_format=torch.channels_last)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
 def test_a_gather_across_the_batch_is_not_lowered_per_sample():
     """``x[idx]`` reads other samples: the graph compiles per size, each call as eager."""
 

@@ -413,6 +413,29 @@ fn as_strided<'c, 'a>(
     let sizes = ctx.int_list(node, 1)?;
     let strides = ctx.int_list(node, 2)?;
     let offset = ctx.opt_int(node, 3)?.unwrap_or(0);
+    // Only unit dimensions restrided (an adaptive pooling to 1 x 1 of a channels-last input
+    // restrides its output so): the input's elements in its order, the input itself. The
+    // one form that takes symbolic sizes.
+    if let Some(crate::graph::Arg::Ref(r)) = node.args.first() {
+        let meta = ctx.meta_of(r)?;
+        let unit_restride = offset == 0
+            && sizes == x.shape
+            && strides.len() == sizes.len()
+            && (0..sizes.len()).all(|d| sizes[d] == 1 || strides[d] == meta.strides[d]);
+        if unit_restride {
+            return Ok(x.value);
+        }
+    }
+    if sizes
+        .iter()
+        .chain(&strides)
+        .chain(&x.shape)
+        .any(|&d| dims::is_symbolic(d))
+    {
+        return fail(
+            "as_strided with symbolic sizes is supported only where it restrides unit dimensions",
+        );
+    }
     if sizes.len() != strides.len() || sizes.iter().chain(&strides).any(|&v| v < 0) || offset < 0 {
         return fail(format!(
             "as_strided needs one non-negative stride per size, got sizes {sizes:?} strides \

@@ -81,7 +81,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 30] = [
+const DYNAMIC_OPS: [&str; 31] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -95,6 +95,7 @@ const DYNAMIC_OPS: [&str; 30] = [
     "aten.squeeze.dims",
     "aten.clone.default",
     "aten.alias.default",
+    "aten.as_strided.default",
     "aten.permute.default",
     "aten.transpose.int",
     "aten.t.default",
@@ -115,9 +116,11 @@ const DYNAMIC_OPS: [&str; 30] = [
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
-/// end, a split's sizes) or never read (a view's or an expand's sizes: they take the result's
-/// shape from the graph's metadata). So do the rows of `SYMBOLIC_ARGUMENT_FAMILIES`.
-const SYMBOLIC_ARGUMENTS: [&str; 6] = [
+/// end, a split's sizes), compare with the input's (an `as_strided` that restrides unit
+/// dimensions) or never read (a view's or an expand's sizes: they take the result's shape from
+/// the graph's metadata). So do the rows of `SYMBOLIC_ARGUMENT_FAMILIES`.
+const SYMBOLIC_ARGUMENTS: [&str; 7] = [
+    "aten.as_strided.default",
     "aten.view.default",
     "aten._unsafe_view.default",
     "aten.reshape.default",
