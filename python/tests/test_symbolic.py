@@ -406,6 +406,51 @@ def test_training_step_with_a_dynamic_batch():
             torch.testing.assert_close(a.grad, b.grad)
 
 
+def test_a_conv_net_training_step_with_a_dynamic_batch():
+    """A training step of a small conv net with a batch norm over a batch marked dynamic: the
+    forward graph is one kernel for every batch (the batch statistics average a count
+    computed when the kernel runs); the loss, the gradients and the running statistics match
+    eager's at every batch. (The backward graph, max pooling's scatter among it, still
+    compiles per size.)"""
+    torch.manual_seed(0)
+
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8 * 4 * 4, 5),
+        )
+
+    model, reference = net(), net()
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="fxmlir")
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False, specializations=0):
+        for n in [4, 7, 12]:
+            x, y = torch.randn(n, 3, 8, 8), torch.randint(0, 5, (n,))
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(y, 0)
+            losses = []
+            for call in (compiled, reference):
+                call.zero_grad()
+                loss = torch.nn.functional.cross_entropy(call(x), y)
+                loss.backward()
+                losses.append(loss)
+            torch.testing.assert_close(losses[0], losses[1], atol=1e-5, rtol=1e-5)
+            for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+            for a, b in zip(model.buffers(), reference.buffers(), strict=True):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # The forward graph compiles first: one kernel for every batch, none for one size.
+    records = _kernels(start)
+    forward = records[0].name
+    assert records[0].symbols, records
+    assert not any(r.name.startswith(f"{forward}_s") for r in records), records
+
+
 def test_a_hot_size_gets_a_kernel_of_its_own_within_the_bound():
     start = latest()
     compiled = torch.compile(_elementwise, backend="fxmlir", dynamic=True)

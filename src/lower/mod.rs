@@ -81,11 +81,14 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 31] = [
+const DYNAMIC_OPS: [&str; 35] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
     "aten._native_batch_norm_legit_no_training.default",
+    "aten._native_batch_norm_legit.default",
+    "aten._native_batch_norm_legit.no_stats",
+    "aten._native_batch_norm_legit_functional.default",
     "aten.view.default",
     "aten._unsafe_view.default",
     "aten.reshape.default",
@@ -95,6 +98,7 @@ const DYNAMIC_OPS: [&str; 31] = [
     "aten.squeeze.dims",
     "aten.clone.default",
     "aten.alias.default",
+    "aten.detach.default",
     "aten.as_strided.default",
     "aten.permute.default",
     "aten.transpose.int",

@@ -4,6 +4,7 @@
 
 use super::emit::{iterators, reduced_map};
 use super::softmax::{Normalise, softmax};
+use super::loops::reuse;
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node, dims};
@@ -204,11 +205,44 @@ fn per_channel<'c, 'a>(
 
 /// Batch statistics: the mean and the sum of squared deviations of `x` over every dimension
 /// but `keep` (mean = sum / n, as PyTorch's two-pass CPU kernel).
+/// How many elements a statistic averages: fixed, or computed when the kernel runs from
+/// symbolic sizes (a batch norm's over a symbolic batch).
+#[derive(Clone, Copy)]
+struct Count<'c, 'a> {
+    fixed: i64,
+    computed: Option<Value<'c, 'a>>,
+}
+
+impl<'c, 'a> Count<'c, 'a> {
+    /// The product of `sizes` (symbolic ones included), as a float of `acc` when symbolic.
+    fn of(ctx: &LowerCtx<'c, 'a>, sizes: &[i64], acc: DType) -> Result<Self> {
+        let fixed = dims::product(sizes)?;
+        let computed = if dims::is_symbolic(fixed) {
+            Some(ctx.e.size_value(fixed, acc)?)
+        } else {
+            None
+        };
+        Ok(Count { fixed, computed })
+    }
+
+    /// The count less `k`, a float of `acc` in `b` (a region body).
+    fn less<'b>(&self, b: &Emit<'c, 'b>, k: i64, acc: DType) -> Result<Value<'c, 'b>> {
+        match self.computed {
+            Some(n) if k == 0 => Ok(reuse(n)),
+            Some(n) => {
+                let k = b.constant(Scalar::Float(k as f64), acc)?;
+                b.same("arith.subf", &[reuse(n), k])
+            }
+            None => b.constant(Scalar::Float((self.fixed - k) as f64), acc),
+        }
+    }
+}
+
 fn moments<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
     dims: &[usize],
-    count: i64,
+    count: Count<'c, 'a>,
     acc: DType,
 ) -> Result<(Tensor<'c, 'a>, Value<'c, 'a>)> {
     let rank = x.rank();
@@ -217,17 +251,11 @@ fn moments<'c, 'a>(
     })?;
     let flat = emit::identity_map(sum.shape.len());
     let init = ctx.e.empty(&sum.shape, acc)?;
-    let n = count as f64;
     let mean = ctx.e.generic(
         &[(sum.value, flat.clone())],
         &[(init, flat)],
         &vec![Iter::Parallel; sum.shape.len()],
-        |b, v| {
-            Ok(vec![b.same(
-                "arith.divf",
-                &[v[0], b.constant(Scalar::Float(n), acc)?],
-            )?])
-        },
+        |b, v| Ok(vec![b.same("arith.divf", &[v[0], count.less(b, 0, acc)?])?]),
     )?[0];
     let reduced = reduced_map(rank, dims);
     let zero = ctx.e.splat(&sum.shape, acc, Scalar::Float(0.0))?;
@@ -309,20 +337,20 @@ fn lower_batch_norm<'c, 'a>(
     let rank = x.rank();
     let channel_map = emit::identity_map(1);
     // mean and invstd per channel, in the accumulator dtype.
-    let count = x.shape.iter().product::<i64>() / channels.max(1);
+    let dims: Vec<usize> = (0..rank).filter(|&d| d != 1).collect();
+    let others: Vec<i64> = dims.iter().map(|&d| x.shape[d]).collect();
     let mut deviations = None;
     let (mean, invstd) = if training {
-        let dims: Vec<usize> = (0..rank).filter(|&d| d != 1).collect();
+        let count = Count::of(ctx, &others, acc)?;
         let (mean, squares) = moments(ctx, &x, &dims, count, acc)?;
-        deviations = Some(squares);
+        deviations = Some((squares, count));
         let init = ctx.e.empty(&[channels], acc)?;
-        let n = count as f64;
         let invstd = ctx.e.generic(
             &[(squares, channel_map.clone())],
             &[(init, channel_map.clone())],
             &[Iter::Parallel],
             |b, v| {
-                let var = b.same("arith.divf", &[v[0], b.constant(Scalar::Float(n), acc)?])?;
+                let var = b.same("arith.divf", &[v[0], count.less(b, 0, acc)?])?;
                 Ok(vec![inverse_std(b, var, eps, acc)?])
             },
         )?[0];
@@ -453,7 +481,7 @@ fn lower_batch_norm<'c, 'a>(
         };
         let (new_mean, new_var) = match deviations {
             None => (rm, rv),
-            Some(squares) => {
+            Some((squares, count)) => {
                 let momentum = ctx.float(node, 6)?;
                 let (rmd, rvd) = (rm.dtype, rv.dtype);
                 let inits = [
@@ -484,8 +512,7 @@ fn lower_batch_norm<'c, 'a>(
                         };
                         let running_mean = b.convert(v[2], rmd, acc)?;
                         let running_var = b.convert(v[3], rvd, acc)?;
-                        let n1 = b.constant(Scalar::Float((count - 1) as f64), acc)?;
-                        let unbiased = b.same("arith.divf", &[v[1], n1])?;
+                        let unbiased = b.same("arith.divf", &[v[1], count.less(b, 1, acc)?])?;
                         Ok(vec![
                             blend(round(v[0])?, running_mean)?,
                             blend(unbiased, running_var)?,
@@ -560,17 +587,16 @@ fn lower_group_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     }
     // [N, G, D, HxW]: statistics over the last two.
     let grouped = ctx.reshape(&x, &[n, groups, per_group, hxw])?;
-    let count = per_group * hxw;
+    let count = Count::of(ctx, &[per_group, hxw], acc)?;
     let (mean, squares) = moments(ctx, &grouped, &[2, 3], count, acc)?;
     let stats_map = emit::identity_map(2);
     let init = ctx.e.empty(&[n, groups], acc)?;
-    let k = count as f64;
     let rstd = ctx.e.generic(
         &[(squares, stats_map.clone())],
         &[(init, stats_map)],
         &[Iter::Parallel; 2],
         |b, v| {
-            let var = b.same("arith.divf", &[v[0], b.constant(Scalar::Float(k), acc)?])?;
+            let var = b.same("arith.divf", &[v[0], count.less(b, 0, acc)?])?;
             let var = b.same(
                 "arith.maximumf",
                 &[var, b.constant(Scalar::Float(0.0), acc)?],

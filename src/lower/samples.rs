@@ -178,6 +178,13 @@ pub(super) fn lower<'c, 'a>(
     }
     // The sample's outputs go into the loop's shared outputs at the sample.
     let written = results.and_then(|results| {
+        if results.len() != node.outputs.len() {
+            return Err(internal(format!(
+                "one sample's lowering produced {} values for {} outputs",
+                results.len(),
+                node.outputs.len()
+            )));
+        }
         let writes = Block::new(&[]);
         {
             let w = Emit {
