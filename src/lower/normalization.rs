@@ -3,8 +3,8 @@
 //! is built in `softmax`, which attention shares.
 
 use super::emit::{iterators, reduced_map};
-use super::softmax::{Normalise, softmax};
 use super::loops::reuse;
+use super::softmax::{Normalise, softmax};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{DType, Node, dims};
