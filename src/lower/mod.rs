@@ -67,7 +67,8 @@ pub struct Lowering {
     /// carries shapes from the graph's metadata into the IR, never computes with them.
     pub dynamic: bool,
     /// Whether it computes every sample of its batch from that sample alone, and so lowers
-    /// nodes whose only symbolic size is the batch one sample at a time (see `samples`).
+    /// nodes whose only symbolic size is the batch one sample at a time (see `samples`); never
+    /// a row that is `dynamic` or lowered `whole`.
     pub per_sample: bool,
 }
 
@@ -207,14 +208,16 @@ impl Registry {
         checked: Option<Checked>,
         calls_host: bool,
     ) {
+        let dynamic = self.dynamic || DYNAMIC_OPS.contains(&op);
+        let per_sample = samples::PER_SAMPLE_OPS.contains(&op) && !dynamic && whole.is_none();
         let row = Lowering {
             family: self.family,
             lower,
             whole,
             checked,
             calls_host,
-            dynamic: self.dynamic || DYNAMIC_OPS.contains(&op),
-            per_sample: samples::PER_SAMPLE_OPS.contains(&op),
+            dynamic,
+            per_sample,
         };
         if self.rows.insert(op, row).is_some() {
             self.duplicates.push(op);
@@ -281,7 +284,7 @@ impl Registry {
     pub fn batch_ops(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.rows
             .iter()
-            .filter(|(_, l)| l.per_sample && !l.dynamic)
+            .filter(|(_, l)| l.per_sample)
             .map(|(op, _)| *op)
     }
 
@@ -856,7 +859,7 @@ fn symbolic_number(arg: &Arg) -> bool {
 /// Whether `node` of a graph with symbolic sizes can be lowered: its row takes symbolic
 /// sizes, and none of its arguments is a symbolic integer (a size used as a value).
 fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
-    if lowering.per_sample && !lowering.dynamic {
+    if lowering.per_sample {
         return fail(
             "its lowering takes a symbolic batch only: the first size of its first argument and outputs, every other size fixed, no index into the batch (compile the graph for fixed sizes)",
         );
@@ -974,11 +977,7 @@ pub fn lower_graph<'c>(
         .iter()
         .map(|n| {
             let row = registry.get(&n.target)?;
-            samples::batch_of(
-                graph,
-                n,
-                row.per_sample && !row.dynamic && row.whole.is_none(),
-            )
+            samples::batch_of(graph, n, row.per_sample)
         })
         .collect();
     // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, and
