@@ -134,8 +134,9 @@ class Config:
 
     #: Compile a graph with symbolic sizes (``torch.compile(dynamic=True)``, ``mark_dynamic``,
     #: Dynamo's automatic dynamic shapes) once, into a kernel that serves every size its
-    #: symbols take, when every op of it takes symbolic sizes (``_fxmlir.dynamic_ops()``);
-    #: other graphs compile per size (``FXMLIR_SYMBOLIC``; ``0`` turns it off).
+    #: symbols take, when every op of it takes symbolic sizes (``_fxmlir.dynamic_ops()``, or
+    #: a symbolic batch alone: ``_fxmlir.batch_ops()``, lowered one sample at a time); other
+    #: graphs compile per size (``FXMLIR_SYMBOLIC``; ``0`` turns it off).
     symbolic: bool = dataclasses.field(
         default_factory=lambda: os.environ.get("FXMLIR_SYMBOLIC", "1") != "0"
     )
