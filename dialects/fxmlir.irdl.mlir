@@ -55,15 +55,40 @@ irdl.dialect @fxmlir {
 
   // A node lowered by a lowering registered outside fxmlir (`fxmlir.lowerings`, a plugin):
   // `op` is the node's ATen or custom op (`mylib.op.default`), `origin` who registered the
-  // lowering, and the decomposition is the MLIR that lowering wrote.
+  // lowering, and the decomposition is the MLIR that lowering wrote. Its operands are the
+  // node's tensor arguments and its results the node's outputs, each in a slot of its own
+  // (`operandSegmentSizes`, `resultSegmentSizes`: one a slot, in order), so that they may
+  // differ in type: the values of one IRDL variadic must share one (up to 12 operands and 4
+  // results; beyond, the rest share the last segment's type).
   irdl.operation @external {
-    %inputs = irdl.any
-    %outputs = irdl.any
+    %i0 = irdl.any
+    %i1 = irdl.any
+    %i2 = irdl.any
+    %i3 = irdl.any
+    %i4 = irdl.any
+    %i5 = irdl.any
+    %i6 = irdl.any
+    %i7 = irdl.any
+    %i8 = irdl.any
+    %i9 = irdl.any
+    %i10 = irdl.any
+    %i11 = irdl.any
+    %more_inputs = irdl.any
+    %o0 = irdl.any
+    %o1 = irdl.any
+    %o2 = irdl.any
+    %o3 = irdl.any
+    %more_outputs = irdl.any
     %op = irdl.base "#builtin.string"
     %origin = irdl.base "#builtin.string"
     %decomposition = irdl.base "#builtin.symbol_ref"
-    irdl.operands(inputs: variadic %inputs)
-    irdl.results(outputs: variadic %outputs)
+    irdl.operands(
+      i0: optional %i0, i1: optional %i1, i2: optional %i2, i3: optional %i3,
+      i4: optional %i4, i5: optional %i5, i6: optional %i6, i7: optional %i7,
+      i8: optional %i8, i9: optional %i9, i10: optional %i10, i11: optional %i11,
+      more_inputs: variadic %more_inputs
+    )
+    irdl.results(o0: optional %o0, o1: optional %o1, o2: optional %o2, o3: optional %o3, more_outputs: variadic %more_outputs)
     irdl.attributes {"op" = %op, "origin" = %origin, "decomposition" = %decomposition}
   }
 

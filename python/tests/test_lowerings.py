@@ -88,6 +88,74 @@ def test_a_custom_op_lowers_into_a_dialect_of_ones_own(xacc, tmp_path, mlir_opt)
     assert "xacc." not in upstream.read_text()
 
 
+LIB.define("add_row(Tensor x, Tensor row) -> (Tensor, Tensor)")
+
+
+@torch.library.impl(LIB, "add_row", "CompositeExplicitAutograd")
+def _add_row(x, row):
+    return x + row, row.sum()
+
+
+@torch.library.register_fake("fxmlir_test::add_row")
+def _add_row_fake(x, row):
+    return torch.empty_like(x), row.new_empty(())
+
+
+def add_row_mlir(call: lowerings.Call) -> str:
+    """A matrix plus a row broadcast down it, and the row's sum: arguments and results of
+    different types."""
+    (x, row), (out, total) = call.inputs, call.outputs
+    maps = "affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>"
+    return f"""
+    func.func @lowering(%x: {x}, %r: {row}) -> ({out}, {total}) {{
+      %e = tensor.empty() : {out}
+      %y = linalg.generic {{indexing_maps = [{maps}],
+                            iterator_types = ["parallel", "parallel"]}}
+          ins(%x, %r : {x}, {row}) outs(%e : {out}) {{
+        ^bb0(%a: f32, %b: f32, %c: f32):
+          %s = arith.addf %a, %b : f32
+          linalg.yield %s : f32
+      }} -> {out}
+      %zero = arith.constant 0.0 : f32
+      %z = tensor.empty() : {total}
+      %init = linalg.fill ins(%zero : f32) outs(%z : {total}) -> {total}
+      %t = linalg.reduce ins(%r : {row}) outs(%init : {total}) dimensions = [0]
+        (%in: f32, %acc: f32) {{
+          %sum = arith.addf %in, %acc : f32
+          linalg.yield %sum : f32
+        }}
+      return %y, %t : {out}, {total}
+    }}"""
+
+
+def test_a_lowering_takes_and_gives_values_of_different_types(tmp_path, mlir_opt):
+    """``fxmlir.external`` holds each argument and output in a slot of its own, so that they
+    may differ in type (one IRDL variadic makes its values share one): the kernel matches
+    eager, and stock mlir-opt reads the dump."""
+
+    def fn(x, row):
+        y, total = torch.ops.fxmlir_test.add_row(x * 2, row)
+        return y + total
+
+    lowerings.register("fxmlir_test::add_row", add_row_mlir, origin="test")
+    try:
+        torch._dynamo.reset()
+        x, row = torch.randn(4, 6), torch.randn(6)
+        with fxmlir.config.patch(dump_dir=str(tmp_path), fallback="error"):
+            actual = torch.compile(fn, backend="fxmlir")(x, row)
+        torch.testing.assert_close(actual, fn(x, row))
+    finally:
+        lowerings.unregister("fxmlir_test::add_row")
+    (lowered,) = tmp_path.glob("*.00-input.mlir")
+    text = lowered.read_text()
+    assert "operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>" in text
+    assert "resultSegmentSizes = array<i32: 1, 1, 0, 0, 0>" in text
+    irdl = lowered.with_name(f"{lowered.name.split('.')[0]}.irdl.mlir")
+    subprocess.run(
+        [str(mlir_opt), f"--irdl-file={irdl}", str(lowered)], check=True, capture_output=True
+    )
+
+
 def _negate_rows(call: lowerings.Call) -> str:
     (x,), (out,) = call.inputs, call.outputs
     rank = len(call.node.meta["val"].shape)

@@ -229,8 +229,33 @@ pub(super) fn external<'c, 'a>(
             "origin",
             StringAttribute::new(context, &lowering.origin).into(),
         ),
+        (
+            "operandSegmentSizes",
+            ctx.e
+                .attr(&segments(operands.len(), EXTERNAL_OPERAND_SLOTS))?,
+        ),
+        (
+            "resultSegmentSizes",
+            ctx.e
+                .attr(&segments(node.outputs.len(), EXTERNAL_RESULT_SLOTS))?,
+        ),
     ];
     boundary(ctx, node, EXTERNAL, &operands, &attributes)
+}
+
+/// The operands and results of `fxmlir.external` with a slot of their own, each its own
+/// type (`dialects/fxmlir.irdl.mlir`); the rest share a last segment.
+const EXTERNAL_OPERAND_SLOTS: usize = 12;
+const EXTERNAL_RESULT_SLOTS: usize = 4;
+
+/// The segment sizes of `count` values over `slots` optional slots and a last variadic
+/// segment: one a slot, in order, the rest in the last.
+fn segments(count: usize, slots: usize) -> String {
+    let sizes: Vec<String> = (0..slots)
+        .map(|k| usize::from(k < count).to_string())
+        .chain(std::iter::once(count.saturating_sub(slots).to_string()))
+        .collect();
+    format!("array<i32: {}>", sizes.join(", "))
 }
 
 /// `function`, renamed `symbol` and made private.
