@@ -976,8 +976,8 @@ pub fn lower_graph<'c>(
         .nodes
         .iter()
         .map(|n| {
-            let row = registry.get(&n.target)?;
-            samples::batch_of(graph, n, row.per_sample)
+            let per_sample = registry.get(&n.target)?.per_sample;
+            per_sample.then(|| samples::batch_of(graph, n)).flatten()
         })
         .collect();
     // The blocks of the decomposition functions of the nodes fxmlir's rows lower whole, and

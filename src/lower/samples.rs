@@ -1,22 +1,24 @@
 //! Nodes lowered per sample. A convolution, a pooling, a padding, a resize, a grid sample or
-//! an `index` that indexes no batch computes each sample of its batch (the first dimension) from that sample alone. When the
-//! batch is a symbolic size and every other size of the node is fixed (a server's batches of
-//! any size, `mark_dynamic(x, 0)`), the node is lowered by its row's own lowering for one
-//! sample at fixed sizes, in the body of an `scf.forall` over the batch: the body slices each
-//! batched argument at the sample (`tensor.extract_slice`, first size 1), computes the
-//! sample's outputs and writes them into the loop's shared outputs at the sample's place
-//! (`tensor.parallel_insert_slice`). The threads take whole samples (the `loops` stage hands
-//! the loop to OpenMP), and the ops of a sample run on the thread that took it: the row
-//! lowers them for one thread, and the schedule tiles and vectorises them as in a kernel of
-//! fixed sizes, but cuts no product in a loop across threads (splitting each sample's ops across the threads instead was slower: see
-//! docs/performance.md). A batch that is no multiple of the threads leaves a thread idle for
-//! its last samples.
+//! an `index` that indexes no batch computes each sample of its batch (the first dimension)
+//! from that sample alone. When the batch is a symbolic size and every other size of the
+//! node is fixed (a server's batches of any size, `mark_dynamic(x, 0)`), the node is lowered
+//! by its row's own lowering for one sample at fixed sizes, in the body of an `scf.forall`
+//! over the batch: the body slices each batched argument at the sample
+//! (`tensor.extract_slice`, first size 1), computes the sample's outputs and writes them into
+//! the loop's shared outputs at the sample's place (`tensor.parallel_insert_slice`). The
+//! threads take whole samples (the `loops` stage hands the loop to OpenMP), and the ops of a
+//! sample run on the thread that took it: the row lowers them for one thread, and the
+//! schedule tiles and vectorises them as in a kernel of fixed sizes, but cuts no product in a
+//! loop across threads (splitting each sample's ops across the threads instead was slower:
+//! see docs/performance.md). A batch that is no multiple of the threads leaves a thread idle
+//! for its last samples.
 
 use super::emit::internal;
 use super::loops::reuse;
+use super::whole::tensor_refs;
 use super::{Emit, LowerCtx, LowerFn, symbolic_number};
 use crate::error::Result;
-use crate::graph::{Arg, Graph, Node, TensorMeta, ValueRef, dims};
+use crate::graph::{Arg, Graph, Node, TensorMeta, dims};
 use melior::ir::{
     Block, BlockLike, Identifier, OperationRef, Region, RegionLike, Type, Value,
     operation::{OperationBuilder, OperationLike},
@@ -55,29 +57,22 @@ fn batched(shape: &[i64], batch: i64) -> bool {
     shape.first() == Some(&batch) && !shape[1..].iter().any(|&d| dims::is_symbolic(d))
 }
 
-/// The node's tensor arguments (top-level references), in order.
-fn tensor_refs(node: &Node) -> impl Iterator<Item = &ValueRef> {
-    node.args.iter().filter_map(|a| match a {
-        Arg::Ref(r) => Some(r),
-        _ => None,
-    })
-}
-
 /// The symbolic batch `node` is lowered per sample over, if it is: its op computes samples
 /// alone, its first tensor argument's first size is symbolic and its other sizes fixed, every
 /// output is of that batch then fixed sizes, and every other tensor argument is either too
 /// or of fixed sizes (a weight). A list of tensors (`index`'s indices) holds fixed ones and
 /// indexes no batch (its first entry is `None`). No argument is a symbolic number.
-pub(super) fn batch_of(graph: &Graph, node: &Node, per_sample: bool) -> Option<i64> {
-    if !per_sample || node.lowering.is_some() {
+pub(super) fn batch_of(graph: &Graph, node: &Node) -> Option<i64> {
+    if node.lowering.is_some() {
         return None;
     }
-    let mut metas = tensor_refs(node).map(|r| graph.meta(r));
-    let batch = *metas.next()??.shape.first()?;
+    let refs = tensor_refs(node);
+    let batch = *graph.meta(refs.first()?)?.shape.first()?;
     if !dims::is_symbolic(batch) {
         return None;
     }
-    let arguments = tensor_refs(node)
+    let arguments = refs
+        .iter()
         .map(|r| graph.meta(r))
         .all(|m| m.is_some_and(|m| batched(&m.shape, batch) || fixed(m)));
     let outputs = node.outputs.iter().all(|m| batched(&m.shape, batch));
@@ -127,7 +122,7 @@ pub(super) fn lower<'c, 'a>(
     body: &'a Block<'c>,
     lower: &LowerFn,
 ) -> Result<Vec<Value<'c, 'a>>> {
-    let refs: Vec<&ValueRef> = tensor_refs(node).collect();
+    let refs = tensor_refs(node);
     let output_types = node
         .outputs
         .iter()

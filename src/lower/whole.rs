@@ -41,7 +41,7 @@ fn symbol(node: &Node) -> String {
 }
 
 /// The node's tensor arguments (top-level references), in order.
-fn tensor_refs(node: &Node) -> Vec<&ValueRef> {
+pub(super) fn tensor_refs(node: &Node) -> Vec<&ValueRef> {
     node.args
         .iter()
         .filter_map(|a| match a {
