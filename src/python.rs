@@ -512,6 +512,21 @@ fn batch_ops() -> PyResult<Vec<String>> {
     })
 }
 
+/// The value of a symbolic size as the interchange writes it (`"(s0 - 1)//2 + 1"`) with its
+/// symbols bound to `bindings`: what the call path and the kernel compute for it.
+#[pyfunction]
+fn size_value(text: &str, bindings: std::collections::HashMap<String, i64>) -> PyResult<i64> {
+    guard(|| {
+        crate::graph::dims::Poly::parse(text)?
+            .eval(&bindings)
+            .ok_or_else(|| {
+                crate::error::Error::InvalidGraph(format!(
+                    "symbolic size `{text}` has no value with {bindings:?}"
+                ))
+            })
+    })
+}
+
 /// The stages and dialects `fxmlir.config` adds, as `fxmlir.stages.extensions_json` writes
 /// them: `{"stages": [{"placement", "anchor", "name", "passes"?, "transform"?, "pdl"?}],
 /// "dialects": [{"source", "irdl"}]}`.
@@ -847,6 +862,7 @@ fn _fxmlir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(import_graph, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(dynamic_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(size_value, m)?)?;
     m.add_function(wrap_pyfunction!(batch_ops, m)?)?;
     m.add_function(wrap_pyfunction!(pipelines, m)?)?;
     m.add_function(wrap_pyfunction!(target_info, m)?)?;

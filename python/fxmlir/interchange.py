@@ -104,34 +104,74 @@ def target_name(node: torch.fx.Node) -> str:
 
 class Symbolic(dict):
     """Bindings that keep sizes symbolic: :func:`evaluate` writes a size that depends on
-    Dynamo's size symbols as the text of a polynomial over them (``"128*s0"``), recording
-    each symbol's range (``ranges``: name → (min, max)), for a kernel that serves every size.
-    A size that is no polynomial with integer coefficients (a floor division) raises
-    ``UnsupportedOpError``: such a graph compiles per size."""
+    Dynamo's size symbols as the text of an integer expression over them (``"128*s0"``,
+    ``"(s0 - 1)//2 + 1"``), recording each symbol's range (``ranges``: name → (min, max)), for
+    a kernel that serves every size. A size the interchange cannot write (a maximum, a true
+    division) raises ``UnsupportedOpError``: such a graph compiles per size."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ranges: dict[str, tuple[int, int]] = {}
 
     def text(self, value: torch.SymInt) -> str:
-        import sympy
         from torch.utils._sympy.numbers import int_oo
 
-        expr = sympy.expand(value.node.expr)
-        symbols = sorted(expr.free_symbols, key=str)
-        if not expr.is_polynomial(*symbols) or not all(
-            c.is_Integer for c in sympy.Poly(expr, *symbols).coeffs()
-        ):
-            raise UnsupportedOpError(
-                f"the symbolic size {value.node.expr} is not a polynomial with integer coefficients"
-            )
+        expr = value.node.expr
+        text = size_text(expr)
         ranges = value.node.shape_env.var_to_range
-        for symbol in symbols:
+        for symbol in sorted(expr.free_symbols, key=str):
             known = ranges.get(symbol)
             low = int(known.lower) if known is not None else 0
             high = known.upper if known is not None else int_oo
             self.ranges[str(symbol)] = (max(low, 0), MAX_SIZE if high == int_oo else int(high))
-        return str(expr)
+        return text
+
+
+def size_text(expr: Any) -> str:
+    """The interchange's text of a SymPy size expression: integers and symbols combined by
+    ``+``, ``*``, powers by small natural exponents, maxima and minima, floor division, and
+    ceiling division and modulo by positive integers (as ``//``); ``UnsupportedOpError`` for
+    anything else."""
+    import sympy
+    from torch.utils._sympy import functions as f
+
+    def text(e: Any) -> str:
+        if e.is_Integer:
+            return f"({int(e)})"
+        if e.is_Symbol:
+            return str(e)
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(map(text, e.args)) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + "*".join(map(text, e.args)) + ")"
+        if isinstance(e, (sympy.Pow, f.PowByNatural)):
+            base, exponent = e.args
+            if exponent.is_Integer and 0 <= int(exponent) <= 8:
+                return f"({text(base)}**{int(exponent)})"
+        if isinstance(e, f.FloorDiv) and not e.args[1].is_Integer:
+            return f"({text(e.args[0])}//{text(e.args[1])})"
+        if isinstance(e, (f.FloorDiv, f.CeilDiv, f.Mod, f.PythonMod)):
+            a, b = e.args
+            if b.is_Integer and int(b) > 0:
+                a, b = text(a), int(b)
+                if isinstance(e, f.FloorDiv):
+                    return f"({a}//{b})"
+                if isinstance(e, f.CeilDiv):
+                    return f"((-1)*(((-1)*{a})//{b}))"
+                return f"({a} - {b}*({a}//{b}))"
+        if isinstance(e, (f.Max, f.Min)):
+            return ("max(" if isinstance(e, f.Max) else "min(") + ", ".join(map(text, e.args)) + ")"
+        if isinstance(e, f.ModularIndexing):
+            base, divisor, modulus = e.args
+            if divisor.is_Integer and modulus.is_Integer and int(divisor) > 0 and int(modulus) > 0:
+                quotient = f"({text(base)}//{int(divisor)})"
+                return f"({quotient} - {int(modulus)}*({quotient}//{int(modulus)}))"
+        raise UnsupportedOpError(
+            f"the symbolic size {expr} is no integer expression the interchange writes "
+            f"(`{e}`: only +, *, natural powers, Max, Min, // and % by positive integers)"
+        )
+
+    return text(expr)
 
 
 #: The largest value a size symbol's range says (Dynamo's ``int_oo``).

@@ -260,6 +260,59 @@ def test_a_size_used_as_a_value_compiles_once():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
+def test_sizes_with_floor_divisions_and_maxima_compile_once():
+    """Sizes that Dynamo writes with floor divisions, moduli and maxima (every second column,
+    halves, a trim to a multiple of 4, the stride after a dimension that may be empty): one
+    kernel for every width, each call as eager computes it, odd and even widths alike."""
+
+    def fn(x):
+        n = x.shape[1]
+        first, second = x.chunk(2, dim=1)
+        return (
+            x[:, ::2] * 2,
+            x[:, 1::3] + 1,
+            torch.cat([second, first], 1),
+            x[:, : n - n % 4].sum(1),
+        )
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False):
+        # Widths that Dynamo's guards from the first keep in one graph: a multiple of 4 (no
+        # trim) or a width below 5 (one element of `1::3`) would be traced again.
+        for n in [6, 9, 13, 31, 7, 10, 15]:
+            x = torch.randn(3, n)
+            for got, expected in zip(compiled(x), fn(x), strict=True):
+                torch.testing.assert_close(got, expected)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_floor_division_texts_round_trip_through_the_interchange():
+    """The interchange's text of Dynamo's size expressions parses back (in Rust) to the same
+    values: floor and ceiling division, moduli, maxima, minima and a divisor that is a size."""
+    import sympy
+    from fxmlir import _fxmlir, interchange
+    from torch.utils._sympy import functions as f
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    exprs = [
+        f.FloorDiv(s0 - 1, 2) + 1,
+        f.CeilDiv(s0, 3) * s1,
+        f.PythonMod(s0, 4),
+        f.ModularIndexing(s0 * s1, 2, 5),
+        f.Max(1, f.FloorDiv(s0 + 1, 2)),
+        f.Min(s0, s1 + 2),
+        f.FloorDiv(s0 * 7, s1),
+    ]
+    for expr in exprs:
+        text = interchange.size_text(expr)
+        for a, b in [(2, 3), (7, 1), (16, 5), (33, 9)]:
+            expected = int(expr.subs({s0: a, s1: b}))
+            assert _fxmlir.size_value(text, {"s0": a, "s1": b}) == expected, (expr, text, a, b)
+    with pytest.raises(fxmlir.UnsupportedOpError, match="no integer expression"):
+        interchange.size_text(s0 / 3)
+
+
 def test_a_size_where_only_a_number_is_supported_compiles_per_size(caplog):
     def fn(x):
         return torch.clamp(x, max=x.shape[0])

@@ -148,6 +148,7 @@ fn check_meta(meta: &TensorMeta, symbols: &[Symbol], whose: &str) -> Result<()> 
         .flat_map(|&d| {
             dims::poly_of(d)
                 .symbols()
+                .into_iter()
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         })

@@ -84,10 +84,11 @@ fn lower_movement<'c, 'a>(
     let rank = x.rank();
     let value = match movement {
         Movement::Reshape => {
-            if dims::product(&x.shape)? != dims::product(&out.shape)? {
+            if !dims::may_be_equal(dims::product(&x.shape)?, dims::product(&out.shape)?) {
                 return fail(format!(
-                    "cannot view shape {:?} as {:?}",
-                    x.shape, out.shape
+                    "cannot view shape {} as {}",
+                    dims::shown(&x.shape),
+                    dims::shown(&out.shape)
                 ));
             }
             ctx.reshape(&x, &out.shape)?.value
@@ -144,14 +145,58 @@ fn lower_movement<'c, 'a>(
                 // buffer, `x[:, past:past + n]`): tracing guards the dimension to hold them.
                 let to_end = end == size || end >= i64::MAX / 2;
                 let is_size = |i: i64| dims::is_symbolic(i) || i >= 0;
-                let (offset, len) = match (step, to_end) {
-                    (1, true) if !dims::is_symbolic(start) && start < 0 => {
+                // Where the slice starts and how many elements it spans before the step.
+                let (offset, span) = match to_end {
+                    true if !dims::is_symbolic(start) && start < 0 => {
                         (dims::sum(size, start)?, -start)
                     }
-                    (1, true) if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
-                    (1, false) if is_size(start) && is_size(end) => {
-                        let back = dims::poly_of(start).mul(&dims::Poly::constant(-1))?;
-                        (start, dims::size_of(dims::poly_of(end).add(&back)?))
+                    true if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
+                    // From the end to a fixed index (`x[:, -100:2]`): the start is clamped to
+                    // the dimension, as eager does.
+                    false
+                        if !dims::is_symbolic(start)
+                            && start < 0
+                            && !dims::is_symbolic(end)
+                            && end >= 0 =>
+                    {
+                        let from_end = dims::poly_of(size).add(&dims::Poly::constant(start))?;
+                        let offset = dims::size_of(dims::Poly::extreme(
+                            true,
+                            vec![dims::Poly::constant(0), from_end],
+                        ));
+                        (offset, dims::difference(end, offset)?)
+                    }
+                    // Between fixed indices that the graph records inside the dimension.
+                    false
+                        if !dims::is_symbolic(start)
+                            && !dims::is_symbolic(end)
+                            && start >= 0
+                            && step == 1
+                            && end - start == out.shape[dim] =>
+                    {
+                        (start, end - start)
+                    }
+                    // Between fixed indices of a symbolic dimension (`x[:, 10:20]`), both
+                    // clamped to it, as eager does; empty if they cross (`x[:, 3:1]`).
+                    false if !dims::is_symbolic(start) && !dims::is_symbolic(end) && start >= 0 => {
+                        let clamped = |i: i64| {
+                            dims::size_of(dims::Poly::extreme(
+                                false,
+                                vec![dims::Poly::constant(i), dims::poly_of(size)],
+                            ))
+                        };
+                        let (offset, stop) = (clamped(start), clamped(end));
+                        let span = dims::Poly::extreme(
+                            true,
+                            vec![
+                                dims::Poly::constant(0),
+                                dims::poly_of(dims::difference(stop, offset)?),
+                            ],
+                        );
+                        (offset, dims::size_of(span))
+                    }
+                    false if is_size(start) && is_size(end) => {
+                        (start, dims::difference(end, start)?)
                     }
                     _ => {
                         return fail(format!(
@@ -162,9 +207,15 @@ fn lower_movement<'c, 'a>(
                         ));
                     }
                 };
-                if len != out.shape[dim] {
+                // Every `step`-th element: ceil(span / step) of them.
+                let len = dims::size_of(
+                    dims::poly_of(span)
+                        .add(&dims::Poly::constant(step - 1))?
+                        .floor_div(step)?,
+                );
+                if !dims::may_be_equal(len, out.shape[dim]) {
                     return fail(format!(
-                        "slice [{}:{}] gives {} elements, the graph records {}",
+                        "slice [{}:{}:{step}] gives {} elements, the graph records {}",
                         dims::poly_of(start),
                         dims::poly_of(end),
                         dims::poly_of(len),
@@ -172,14 +223,11 @@ fn lower_movement<'c, 'a>(
                     ));
                 }
                 let mut offsets = vec![0; rank];
+                let mut strides = vec![1; rank];
                 offsets[dim] = offset;
+                strides[dim] = step;
                 return Ok(vec![ctx.e.extract_slice(
-                    x.value,
-                    &offsets,
-                    &out.shape,
-                    &vec![1; rank],
-                    &out.shape,
-                    x.dtype,
+                    x.value, &offsets, &out.shape, &strides, &out.shape, x.dtype,
                 )?]);
             }
             let clamp = |i: i64| (if i < 0 { i + size } else { i }).clamp(0, size);
@@ -547,13 +595,22 @@ fn split<'c, 'a>(
         Movement::SplitWithSizes => ctx.int_list(node, 1)?,
         _ => {
             let chunk = ctx.int(node, 1)?;
-            if dims::is_symbolic(chunk) {
-                return fail("a split into chunks of symbolic size is not supported");
-            }
-            if chunk <= 0 && total != 0 {
+            if !dims::is_symbolic(chunk) && chunk <= 0 && total != 0 {
                 return fail(format!("split size must be positive, got {chunk}"));
             }
-            if dims::is_symbolic(total) {
+            if dims::is_symbolic(chunk) {
+                // `chunk(2)` of a symbolic size: the chunks tracing computed (and guards);
+                // that they cover the dimension is checked below.
+                match node
+                    .outputs
+                    .iter()
+                    .map(|o| o.shape.get(dim).copied())
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(sizes) => sizes,
+                    None => return fail(format!("a split output has no dimension {dim}")),
+                }
+            } else if dims::is_symbolic(total) {
                 // As many chunks as tracing counted (and guards): whole ones, then the rest.
                 let n = node.outputs.len() as i64;
                 let mut sizes = vec![chunk; node.outputs.len().saturating_sub(1)];

@@ -1029,9 +1029,10 @@ impl<'c, 'a> Emit<'c, 'a> {
     }
 
     /// A reshape with symbolic sizes: one collapse or one expand whose groups match the
-    /// sizes as polynomials (a size of one joins a neighbour's group). An expand whose group
-    /// splits into several symbolic sizes becomes a reshape through a shape operand before
-    /// bufferization ([`crate::pipeline::reshapes`]).
+    /// sizes as polynomials (a size of one joins a neighbour's group), else a collapse to one
+    /// dimension and an expand from it. An expand whose group splits into several symbolic
+    /// sizes becomes a reshape through a shape operand before bufferization
+    /// ([`crate::pipeline::reshapes`]).
     fn reshape_symbolic(
         &self,
         source: Value<'c, 'a>,
@@ -1049,42 +1050,47 @@ impl<'c, 'a> Emit<'c, 'a> {
                 .collect();
             format!("[{}]", groups.join(", "))
         };
-        let unsupported = || {
-            fail(format!(
-                "a reshape of {from:?} to {to:?} with symbolic sizes is not supported"
-            ))
-        };
         if dims::poly_of(dims::product(from)?).as_constant() == Some(0) {
             // No element to move.
             return self.empty(to, dtype);
         }
-        if from.len() > to.len() {
-            let Some(groups) = reshape_groups(from, to) else {
-                return unsupported();
-            };
-            return self.reassociate(
-                "tensor.collapse_shape",
-                source,
-                to,
-                dtype,
-                &text(&groups),
-                None,
-            );
-        }
-        let Some(groups) = reshape_groups(to, from) else {
-            return unsupported();
+        let groups = match from.len().cmp(&to.len()) {
+            std::cmp::Ordering::Greater => {
+                reshape_groups(from, to).map(|g| ("tensor.collapse_shape", g, None))
+            }
+            std::cmp::Ordering::Less => {
+                reshape_groups(to, from).map(|g| ("tensor.expand_shape", g, Some(to)))
+            }
+            std::cmp::Ordering::Equal => None,
         };
-        if from.len() == to.len() {
-            return unsupported();
+        match groups {
+            Some((name, groups, output)) => {
+                self.reassociate(name, source, to, dtype, &text(&groups), output)
+            }
+            // Sizes that match in no groups (a size from a floor division whose product
+            // equals the input's only where the graph's tracing guards it): through one
+            // dimension.
+            None => {
+                let flat = [dims::product(from)?];
+                let all = |n: usize| text(&[(0..n).collect()]);
+                let line = self.reassociate(
+                    "tensor.collapse_shape",
+                    source,
+                    &flat,
+                    dtype,
+                    &all(from.len()),
+                    None,
+                )?;
+                self.reassociate(
+                    "tensor.expand_shape",
+                    line,
+                    to,
+                    dtype,
+                    &all(to.len()),
+                    Some(to),
+                )
+            }
         }
-        self.reassociate(
-            "tensor.expand_shape",
-            source,
-            to,
-            dtype,
-            &text(&groups),
-            Some(to),
-        )
     }
 
     fn reassociate(

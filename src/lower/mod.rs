@@ -124,7 +124,7 @@ const DYNAMIC_OPS: [&str; 35] = [
 /// end, a split's sizes), compare with the input's (an `as_strided` that restrides unit
 /// dimensions) or never read (a view's or an expand's sizes: they take the result's shape from
 /// the graph's metadata). So do the rows of `SYMBOLIC_ARGUMENT_FAMILIES`.
-const SYMBOLIC_ARGUMENTS: [&str; 7] = [
+const SYMBOLIC_ARGUMENTS: [&str; 8] = [
     "aten.as_strided.default",
     "aten.view.default",
     "aten._unsafe_view.default",
@@ -132,6 +132,7 @@ const SYMBOLIC_ARGUMENTS: [&str; 7] = [
     "aten.expand.default",
     "aten.slice.Tensor",
     "aten.split_with_sizes.default",
+    "aten.split.Tensor",
 ];
 
 /// Families whose rows take symbolic numbers: a creation's sizes (never read) and values, an

@@ -3,14 +3,18 @@
 //! ([`Emit::empty`](super::Emit::empty)); [`resolve`] then replaces each placeholder with a
 //! value computed once, at the start of the function, from the sizes of the kernel's
 //! arguments: each symbol is read (`memref.dim`) off an input one of whose dimensions is that
-//! symbol alone, and the polynomials are computed with `arith` on `index`.
+//! symbol alone, and the polynomials are computed with `arith` on `index` (a floor division
+//! with `arith.floordivsi`, a maximum or minimum with `arith.maxsi`, `arith.minsi`).
 
 use super::{
     emit::{SIZE_PLACEHOLDER, internal},
     fail,
 };
 use crate::error::Result;
-use crate::graph::{Graph, dims, dims::Poly};
+use crate::graph::{
+    Graph, dims,
+    dims::{Factor, Poly},
+};
 use crate::pipeline::ir::ops::op_name;
 use melior::{
     Context,
@@ -172,12 +176,40 @@ fn polynomial<'c, 'a>(
     let mut sum: Option<Value> = None;
     for (monomial, coefficient) in poly.terms() {
         let mut term = prologue.constant(coefficient)?;
-        for symbol in monomial {
-            let Some(&value) = symbols.get(symbol) else {
-                return fail(format!(
-                    "the size symbol `{symbol}` is no input's dimension, so the kernel cannot \
-                     read it"
-                ));
+        for factor in monomial {
+            let value = match factor {
+                Factor::Symbol(symbol) => match symbols.get(symbol) {
+                    Some(&value) => value,
+                    None => {
+                        return fail(format!(
+                            "the size symbol `{symbol}` is no input's dimension, so the kernel \
+                             cannot read it"
+                        ));
+                    }
+                },
+                Factor::Floor(inner, divisor) => {
+                    let dividend = polynomial(prologue, inner, symbols)?;
+                    prologue.arith("arith.floordivsi", dividend, prologue.constant(*divisor)?)?
+                }
+                Factor::Quotient(a, b) => {
+                    let dividend = polynomial(prologue, a, symbols)?;
+                    // Dynamo's guards keep the divisor positive; at least 1, a size outside
+                    // them cannot make the kernel trap.
+                    let divisor = polynomial(prologue, b, symbols)?;
+                    let divisor = prologue.arith("arith.maxsi", divisor, prologue.constant(1)?)?;
+                    prologue.arith("arith.floordivsi", dividend, divisor)?
+                }
+                Factor::Max(args) | Factor::Min(args) => {
+                    let name = match factor {
+                        Factor::Max(_) => "arith.maxsi",
+                        _ => "arith.minsi",
+                    };
+                    let mut values = args.iter().map(|a| polynomial(prologue, a, symbols));
+                    let first = values
+                        .next()
+                        .ok_or_else(|| internal("an extreme of no sizes"))??;
+                    values.try_fold(first, |acc, v| prologue.arith(name, acc, v?))?
+                }
             };
             term = prologue.arith("arith.muli", term, value)?;
         }
