@@ -188,8 +188,9 @@ class GraphCompiler:
 
     def _compile_symbolic(self) -> runtime.CompiledGraph | None:
         """The graph compiled once for every size its symbols take, if every op of it takes
-        symbolic sizes and every size is a polynomial over symbols that are sizes of its
-        inputs; else None (it compiles per size), with the reason logged."""
+        symbolic sizes and every size is an expression the interchange writes over symbols
+        that are sizes of its inputs; else None (it compiles per size), with the reason
+        logged."""
         # The batch ops take a symbolic batch only: their lowering says so of a graph with
         # other symbolic sizes, which then compiles per size.
         dynamic = frozenset(_fxmlir.dynamic_ops()) | frozenset(_fxmlir.batch_ops())
