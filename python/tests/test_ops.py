@@ -2845,7 +2845,18 @@ def slice_scatter_samples(dt):
                 op(x, full, 1, 0, INT64_MAX),
                 op(x, e, 0, 4, 10),
             ),
-        )
+        ),
+        # Sources taken from the input itself (a slice's gradient written back): traced
+        # symbolically, their sizes are the input's.
+        S(
+            "derived",
+            [mk([4, 6], dt)],
+            lambda op, x: (
+                op(x, x[2:4], 0, 0, 2),
+                op(x, x[:, 1::2], 1, 0, INT64_MAX, 2),
+                op(x, x[:, :3], 1, -3),
+            ),
+        ),
     ] + (
         [
             S(
@@ -4057,7 +4068,19 @@ ROWS: list[Row] = [
     Row("aten.index.Tensor", ALL, index_samples, tol=EXACT),
     Row("aten.index_put.default", ALL, index_put_samples, tol=ACCUMULATE),
     Row("aten.select_scatter.default", ALL, select_scatter_samples, tol=EXACT),
-    Row("aten.slice_scatter.default", ALL, slice_scatter_samples, tol=EXACT),
+    Row(
+        "aten.slice_scatter.default",
+        ALL,
+        slice_scatter_samples,
+        tol=EXACT,
+        companions=(("aten.slice.Tensor",), "a source taken from the input by a slice"),
+        per_size={
+            "values": "traced symbolically, a source of 3 columns has a symbol of its own, "
+            "which nothing relates to the 3 columns of the slice it fills",
+            "layouts": "traced symbolically, the source's 2 rows are a symbol that nothing "
+            "relates to the 2 rows of the strided slice",
+        },
+    ),
     # Bit-exact: both sides accumulate in PyTorch's CPU acc_type (double for float32).
     Row("aten.cumsum.default", ALL, cumulative_samples, tol=EXACT, mixed=cumulative_mixed),
     Row("aten.cumprod.default", ALL, cumulative_samples, tol=EXACT, mixed=cumulative_mixed),

@@ -140,88 +140,7 @@ fn lower_movement<'c, 'a>(
                 return fail(format!("slice step must be positive, got {step}"));
             }
             if dims::is_symbolic(size) || dims::is_symbolic(start) || dims::is_symbolic(end) {
-                // From a fixed start to the end of a symbolic dimension (`x[:, 2:]`, `x[:, -1:]`,
-                // `x[:, :n]` of its `n` columns), or between sizes (`x[:, :n]` of a longer
-                // buffer, `x[:, past:past + n]`): tracing guards the dimension to hold them.
-                let to_end = end == size || end >= i64::MAX / 2;
-                let is_size = |i: i64| dims::is_symbolic(i) || i >= 0;
-                // Where the slice starts and how many elements it spans before the step.
-                let (offset, span) = match to_end {
-                    true if !dims::is_symbolic(start) && start < 0 => {
-                        (dims::sum(size, start)?, -start)
-                    }
-                    true if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
-                    // From the end to a fixed index (`x[:, -100:2]`): the start is clamped to
-                    // the dimension, as eager does.
-                    false
-                        if !dims::is_symbolic(start)
-                            && start < 0
-                            && !dims::is_symbolic(end)
-                            && end >= 0 =>
-                    {
-                        let from_end = dims::poly_of(size).add(&dims::Poly::constant(start))?;
-                        let offset = dims::size_of(dims::Poly::extreme(
-                            true,
-                            vec![dims::Poly::constant(0), from_end],
-                        ));
-                        (offset, dims::difference(end, offset)?)
-                    }
-                    // Between fixed indices that the graph records inside the dimension.
-                    false
-                        if !dims::is_symbolic(start)
-                            && !dims::is_symbolic(end)
-                            && start >= 0
-                            && step == 1
-                            && end - start == out.shape[dim] =>
-                    {
-                        (start, end - start)
-                    }
-                    // Between fixed indices of a symbolic dimension (`x[:, 10:20]`), both
-                    // clamped to it, as eager does; empty if they cross (`x[:, 3:1]`).
-                    false if !dims::is_symbolic(start) && !dims::is_symbolic(end) && start >= 0 => {
-                        let clamped = |i: i64| {
-                            dims::size_of(dims::Poly::extreme(
-                                false,
-                                vec![dims::Poly::constant(i), dims::poly_of(size)],
-                            ))
-                        };
-                        let (offset, stop) = (clamped(start), clamped(end));
-                        let span = dims::Poly::extreme(
-                            true,
-                            vec![
-                                dims::Poly::constant(0),
-                                dims::poly_of(dims::difference(stop, offset)?),
-                            ],
-                        );
-                        (offset, dims::size_of(span))
-                    }
-                    false if is_size(start) && is_size(end) => {
-                        (start, dims::difference(end, start)?)
-                    }
-                    _ => {
-                        return fail(format!(
-                            "a slice [{}:{}:{step}] of a dimension of size {} is not supported",
-                            dims::poly_of(start),
-                            dims::poly_of(end),
-                            dims::poly_of(size)
-                        ));
-                    }
-                };
-                // Every `step`-th element: ceil(span / step) of them.
-                let len = dims::size_of(
-                    dims::poly_of(span)
-                        .add(&dims::Poly::constant(step - 1))?
-                        .floor_div(step)?,
-                );
-                if !dims::may_be_equal(len, out.shape[dim]) {
-                    return fail(format!(
-                        "slice [{}:{}:{step}] gives {} elements, the graph records {}",
-                        dims::poly_of(start),
-                        dims::poly_of(end),
-                        dims::poly_of(len),
-                        dims::poly_of(out.shape[dim])
-                    ));
-                }
+                let offset = window(size, (start, end, step), out.shape[dim])?;
                 let mut offsets = vec![0; rank];
                 let mut strides = vec![1; rank];
                 offsets[dim] = offset;
@@ -249,24 +168,7 @@ fn lower_movement<'c, 'a>(
         Movement::Select => {
             let dim = sized_dim(ctx.int(node, 1)?, rank)?;
             let size = x.shape[dim];
-            let index = ctx.int(node, 2)?;
-            if dims::is_symbolic(index) {
-                return fail("select at a symbolic index is not supported");
-            }
-            // A negative index counts from the end: of a symbolic size, a polynomial offset
-            // (tracing guards the size to hold the index).
-            let at = match (index < 0, dims::is_symbolic(size)) {
-                (true, true) => {
-                    dims::size_of(dims::poly_of(size).add(&dims::Poly::constant(index))?)
-                }
-                (true, false) => index + size,
-                (false, _) => index,
-            };
-            if !dims::is_symbolic(size) && (at < 0 || at >= size) {
-                return fail(format!(
-                    "index {index} is out of range for dimension {dim} of size {size}"
-                ));
-            }
+            let at = selected(ctx.int(node, 2)?, dim, size)?;
             let mut offsets = vec![0; rank];
             let mut sizes = x.shape.clone();
             offsets[dim] = at;
@@ -652,4 +554,103 @@ fn split<'c, 'a>(
         offset = dims::sum(offset, size)?;
     }
     Ok(results)
+}
+
+/// The offset of `[start:end:step]` in a dimension of `size` where some are symbolic, checked
+/// against the `recorded` length the graph gives the slice: from a fixed start to the end
+/// (`x[:, 2:]`, `x[:, -1:]`, `x[:, :n]` of its `n` columns), between fixed indices (clamped
+/// as eager clamps them), or between sizes (`x[:, :n]` of a longer buffer,
+/// `x[:, past:past + n]`); tracing guards the dimension to hold them.
+pub(super) fn window(size: i64, (start, end, step): (i64, i64, i64), recorded: i64) -> Result<i64> {
+    let to_end = end == size || end >= i64::MAX / 2;
+    let is_size = |i: i64| dims::is_symbolic(i) || i >= 0;
+    // Where the slice starts and how many elements it spans before the step.
+    let (offset, span) = match to_end {
+        true if !dims::is_symbolic(start) && start < 0 => (dims::sum(size, start)?, -start),
+        true if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
+        // From the end to a fixed index (`x[:, -100:2]`): the start is clamped to
+        // the dimension, as eager does.
+        false if !dims::is_symbolic(start) && start < 0 && !dims::is_symbolic(end) && end >= 0 => {
+            let from_end = dims::poly_of(size).add(&dims::Poly::constant(start))?;
+            let offset = dims::size_of(dims::Poly::extreme(
+                true,
+                vec![dims::Poly::constant(0), from_end],
+            ));
+            (offset, dims::difference(end, offset)?)
+        }
+        // Between fixed indices that the graph records inside the dimension.
+        false
+            if !dims::is_symbolic(start)
+                && !dims::is_symbolic(end)
+                && start >= 0
+                && step == 1
+                && end - start == recorded =>
+        {
+            (start, end - start)
+        }
+        // Between fixed indices of a symbolic dimension (`x[:, 10:20]`), both
+        // clamped to it, as eager does; empty if they cross (`x[:, 3:1]`).
+        false if !dims::is_symbolic(start) && !dims::is_symbolic(end) && start >= 0 => {
+            let clamped = |i: i64| {
+                dims::size_of(dims::Poly::extreme(
+                    false,
+                    vec![dims::Poly::constant(i), dims::poly_of(size)],
+                ))
+            };
+            let (offset, stop) = (clamped(start), clamped(end));
+            let span = dims::Poly::extreme(
+                true,
+                vec![
+                    dims::Poly::constant(0),
+                    dims::poly_of(dims::difference(stop, offset)?),
+                ],
+            );
+            (offset, dims::size_of(span))
+        }
+        false if is_size(start) && is_size(end) => (start, dims::difference(end, start)?),
+        _ => {
+            return fail(format!(
+                "a slice [{}:{}:{step}] of a dimension of size {} is not supported",
+                dims::poly_of(start),
+                dims::poly_of(end),
+                dims::poly_of(size)
+            ));
+        }
+    };
+    // Every `step`-th element: ceil(span / step) of them.
+    let len = dims::size_of(
+        dims::poly_of(span)
+            .add(&dims::Poly::constant(step - 1))?
+            .floor_div(step)?,
+    );
+    if !dims::may_be_equal(len, recorded) {
+        return fail(format!(
+            "slice [{}:{}:{step}] gives {} elements, the graph records {}",
+            dims::poly_of(start),
+            dims::poly_of(end),
+            dims::poly_of(len),
+            dims::poly_of(recorded)
+        ));
+    }
+    Ok(offset)
+}
+
+/// The offset of index `index` (negative: from the end) in dimension `dim` of `size`: of a
+/// symbolic size a polynomial (tracing guards the size to hold the index); an error if a fixed
+/// size does not hold it.
+pub(super) fn selected(index: i64, dim: usize, size: i64) -> Result<i64> {
+    if dims::is_symbolic(index) {
+        return fail("select at a symbolic index is not supported");
+    }
+    let at = match (index < 0, dims::is_symbolic(size)) {
+        (true, true) => dims::sum(size, index)?,
+        (true, false) => index + size,
+        (false, _) => index,
+    };
+    if !dims::is_symbolic(size) && (at < 0 || at >= size) {
+        return fail(format!(
+            "index {index} is out of range for dimension {dim} of size {size}"
+        ));
+    }
+    Ok(at)
 }

@@ -874,12 +874,24 @@ impl<'c, 'a> Emit<'c, 'a> {
         offsets: &[i64],
         sizes: &[i64],
     ) -> Result<Value<'c, 'a>> {
+        let ones = vec![1i64; sizes.len()];
+        self.insert_strided_slice(source, dest, offsets, sizes, &ones)
+    }
+
+    /// `source` written into `dest` at `offsets`, every `strides`-th element.
+    pub fn insert_strided_slice(
+        &self,
+        source: Value<'c, 'a>,
+        dest: Value<'c, 'a>,
+        offsets: &[i64],
+        sizes: &[i64],
+        strides: &[i64],
+    ) -> Result<Value<'c, 'a>> {
         if sizes.contains(&0) {
             // Inserting nothing (MLIR would reject the offset of an empty slice).
             return Ok(dest);
         }
-        let ones = vec![1i64; sizes.len()];
-        let (mut operands, attrs) = self.slice_operands(offsets, sizes, &ones, 2)?;
+        let (mut operands, attrs) = self.slice_operands(offsets, sizes, strides, 2)?;
         operands.splice(0..0, [source, dest]);
         self.op1("tensor.insert_slice", &operands, dest.r#type(), &attrs)
     }

@@ -990,7 +990,7 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
     let index = as_vector(ctx, ctx.tensor(node, 2)?)?;
     check_index(&index, "scatter index")?;
     let out = ctx.out(0)?.clone();
-    if index.shape.iter().product::<i64>() == 0 {
+    if dims::poly_of(dims::product(&index.shape)?).as_constant() == Some(0) {
         // No updates.
         let x = ctx.cast(&x, out.dtype)?;
         return Ok(ctx.reshape(&x, &out.shape)?.value);
@@ -1002,8 +1002,10 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
         ));
     }
     check_range(ctx, &index, false, x.shape[dim])?;
+    // Sizes that are symbolic are the graph's tracing's to relate (it guards them).
+    let within = |i: i64, s: i64| dims::is_symbolic(i) || dims::is_symbolic(s) || i <= s;
     for d in (0..x.rank()).filter(|&d| d != dim) {
-        if index.shape[d] > x.shape[d] {
+        if !within(index.shape[d], x.shape[d]) {
             return fail(format!(
                 "scatter index of shape {:?} is larger than the input {:?} in dimension {d}",
                 index.shape, x.shape
@@ -1015,7 +1017,11 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
         _ => {
             let src = as_vector(ctx, ctx.tensor(node, 3)?)?;
             let fits = src.rank() == index.rank()
-                && index.shape.iter().zip(&src.shape).all(|(i, s)| i <= s);
+                && index
+                    .shape
+                    .iter()
+                    .zip(&src.shape)
+                    .all(|(&i, &s)| within(i, s));
             if !fits {
                 return fail(format!(
                     "scatter index of shape {:?} does not fit the source {:?}",
@@ -1386,13 +1392,7 @@ fn select_scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'
     }
     let dim = norm_dim(ctx.int(node, 2)?, rank)?;
     let size = x.shape[dim];
-    let given = ctx.int(node, 3)?;
-    let index = if given < 0 { given + size } else { given };
-    if index < 0 || index >= size {
-        return fail(format!(
-            "index {given} is out of range for dimension {dim} of size {size}"
-        ));
-    }
+    let index = super::data_movement::selected(ctx.int(node, 3)?, dim, size)?;
     let mut sizes = x.shape.clone();
     sizes[dim] = 1;
     let mut expected = x.shape.clone();
@@ -1425,40 +1425,32 @@ fn slice_scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c
     if step <= 0 {
         return fail(format!("slice step must be positive, got {step}"));
     }
-    let clamp = |i: i64| (if i < 0 { i.saturating_add(size) } else { i }).clamp(0, size);
-    let (start, end) = (clamp(start), clamp(end));
-    let len = if end > start {
-        (end - start + step - 1) / step
-    } else {
-        0
-    };
     let mut sizes = x.shape.clone();
-    sizes[dim] = len;
+    let start = if [size, start, end].into_iter().any(dims::is_symbolic) {
+        sizes[dim] = src.shape.get(dim).copied().unwrap_or(0);
+        super::data_movement::window(size, (start, end, step), sizes[dim])?
+    } else {
+        let clamp = |i: i64| (if i < 0 { i.saturating_add(size) } else { i }).clamp(0, size);
+        let (start, end) = (clamp(start), clamp(end));
+        sizes[dim] = if end > start {
+            (end - start + step - 1) / step
+        } else {
+            0
+        };
+        start
+    };
     if src.shape != sizes {
         return fail(format!(
-            "slice_scatter source of shape {:?} does not match the slice {sizes:?}",
-            src.shape
+            "slice_scatter source of shape {} does not match the slice {}",
+            dims::shown(&src.shape),
+            dims::shown(&sizes)
         ));
-    }
-    if sizes.contains(&0) {
-        return Ok(x.value);
     }
     let src = ctx.cast(&src, x.dtype)?;
     let mut offsets = vec![0; rank];
     offsets[dim] = start;
     let mut strides = vec![1; rank];
     strides[dim] = step;
-    let e = &ctx.e;
-    let attrs = [
-        ("static_offsets", e.attr(&emit::i64_array(&offsets))?),
-        ("static_sizes", e.attr(&emit::i64_array(&sizes))?),
-        ("static_strides", e.attr(&emit::i64_array(&strides))?),
-        ("operandSegmentSizes", e.attr("array<i32: 1, 1, 0, 0, 0>")?),
-    ];
-    e.op1(
-        "tensor.insert_slice",
-        &[src.value, x.value],
-        x.value.r#type(),
-        &attrs,
-    )
+    ctx.e
+        .insert_strided_slice(src.value, x.value, &offsets, &sizes, &strides)
 }

@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 35] = [
+const DYNAMIC_OPS: [&str; 45] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -118,6 +118,16 @@ const DYNAMIC_OPS: [&str; 35] = [
     "aten.cat.default",
     "aten.split.Tensor",
     "aten.split_with_sizes.default",
+    "aten.copy.default",
+    "aten.index_select.default",
+    "aten.native_dropout.default",
+    "aten.scatter.src",
+    "aten.scatter.value",
+    "aten.scatter_add.default",
+    "aten.scatter_reduce.two",
+    "aten.index_put.default",
+    "aten.select_scatter.default",
+    "aten.slice_scatter.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
