@@ -3423,6 +3423,10 @@ ROWS: list[Row] = [
         FLOATS,
         attention_backward_samples,
         tol=ATTENTION_TOL,
+        per_size={
+            "grouped": "traced symbolically, the query's 4 heads and the keys' 2 are unrelated "
+            "symbols: how many query heads share a key head is no polynomial"
+        },
         zero_signs="a gradient that cancels to zero (a causal row's first query) takes its sign "
         "from the order of the sums",
     ),

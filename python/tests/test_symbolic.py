@@ -459,6 +459,48 @@ def test_training_step_with_a_dynamic_batch():
             torch.testing.assert_close(a.grad, b.grad)
 
 
+def test_a_transformer_training_step_over_sequence_lengths_compiles_once():
+    """Training with variable sequence lengths: a transformer layer's step (embedding,
+    attention, cross-entropy, backward) at four lengths is one forward and one backward
+    kernel (attention's backward, the slices' and gathers' gradients take symbolic sizes),
+    with the loss and every gradient as eager computes them."""
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 32)
+            self.layer = torch.nn.TransformerEncoderLayer(
+                32, 4, 64, dropout=0.0, batch_first=True
+            )
+            self.head = torch.nn.Linear(32, 50)
+
+        def forward(self, ids):
+            return self.head(self.layer(self.embed(ids))[:, 1:])
+
+    model = Model()
+
+    def step(ids):
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), ids[:, :-1].reshape(-1))
+        loss.backward()
+        return loss
+
+    compiled = torch.compile(step, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False):
+        for length in [5, 9, 13, 17]:
+            ids = torch.randint(0, 50, (2, length))
+            expected = step(ids)
+            wanted = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            torch.testing.assert_close(compiled(ids), expected, atol=1e-5, rtol=1e-5)
+            for p, g in zip(model.parameters(), wanted, strict=True):
+                torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-4)
+            model.zero_grad()
+    assert [bool(r.symbols) for r in _kernels(start)] == [True, True]
+
+
 def test_a_conv_net_training_step_with_a_dynamic_batch():
     """A training step of a small conv net with a batch norm over a batch marked dynamic: the
     forward graph is one kernel for every batch (the batch statistics average a count

@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 45] = [
+const DYNAMIC_OPS: [&str; 46] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -115,6 +115,7 @@ const DYNAMIC_OPS: [&str; 45] = [
     "aten.embedding.default",
     "aten.gather.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
     "aten.cat.default",
     "aten.split.Tensor",
     "aten.split_with_sizes.default",
