@@ -201,6 +201,7 @@ class GraphCompiler:
                 if n.op == "call_function"
                 # Size arithmetic is evaluated by the export, getitem read off its source.
                 and not isinstance(n.meta.get("val"), (int, torch.SymInt))
+                and not interchange.is_size_float(n)
                 and n.target is not operator.getitem
             }
             - dynamic

@@ -114,17 +114,48 @@ class Symbolic(dict):
         self.ranges: dict[str, tuple[int, int]] = {}
 
     def text(self, value: torch.SymInt) -> str:
+        self.record(value.node)
+        return size_text(value.node.expr)
+
+    def ratio(self, value: torch.SymFloat) -> list[str]:
+        """A float computed from sizes as the interchange's ``ratio``: its numerator's and
+        denominator's texts."""
+        self.record(value.node)
+        return ratio_texts(value.node.expr)
+
+    def record(self, node: Any) -> None:
+        """Records the ranges of the symbols ``node`` (a SymNode) uses."""
         from torch.utils._sympy.numbers import int_oo
 
-        expr = value.node.expr
-        text = size_text(expr)
-        ranges = value.node.shape_env.var_to_range
-        for symbol in sorted(expr.free_symbols, key=str):
+        ranges = node.shape_env.var_to_range
+        for symbol in sorted(node.expr.free_symbols, key=str):
             known = ranges.get(symbol)
             low = int(known.lower) if known is not None else 0
             high = known.upper if known is not None else int_oo
             self.ranges[str(symbol)] = (max(low, 0), MAX_SIZE if high == int_oo else int(high))
-        return text
+
+
+def ratio_texts(expr: Any) -> list[str]:
+    """A SymPy float expression of sizes (``IntTrueDiv``, ``FloatTrueDiv``, ``ToFloat`` of
+    integer expressions and float constants) as the texts of a numerator and a denominator
+    (``1.0 / (512*s0 / 8)`` is ``["1", "64*s0"]``); ``UnsupportedOpError`` if it is none."""
+    import sympy
+    from torch.utils._sympy import functions as f
+
+    def exact(e: Any) -> Any:
+        if isinstance(e, sympy.Float):
+            return sympy.Rational(float(e))
+        if isinstance(e, (f.IntTrueDiv, f.FloatTrueDiv)):
+            a, b = (exact(x) for x in e.args)
+            return a / b
+        if isinstance(e, f.ToFloat):
+            return exact(e.args[0])
+        if isinstance(e, (sympy.Add, sympy.Mul, sympy.Pow)):
+            return e.func(*(exact(x) for x in e.args))
+        return e
+
+    num, den = sympy.fraction(sympy.together(exact(expr)))
+    return [size_text(sympy.expand(num)), size_text(sympy.expand(den))]
 
 
 def size_text(expr: Any) -> str:
@@ -205,10 +236,18 @@ def is_size_float(node: torch.fx.Node) -> bool:
     )
 
 
-def evaluate_float(value: torch.SymFloat, bindings: dict[Any, int], node: torch.fx.Node) -> float:
-    """A SymFloat's value under ``bindings``: a kernel for every size (:class:`Symbolic`
-    bindings) takes no symbolic float, nor does one whose float depends on more than sizes."""
+def evaluate_float(
+    value: torch.SymFloat, bindings: dict[Any, int], node: torch.fx.Node
+) -> float | list[str]:
+    """A SymFloat's value under ``bindings``: for a kernel for every size (:class:`Symbolic`
+    bindings) a ratio of sizes (see :func:`ratio_texts`); an error for a float that depends on
+    more than sizes."""
     expr = value.node.expr
+    if isinstance(bindings, Symbolic) and expr.free_symbols:
+        try:
+            return bindings.ratio(value)
+        except UnsupportedOpError as e:
+            raise node_error(UnsupportedOpError, node, f": {e}") from None
     result = expr if isinstance(bindings, Symbolic) else expr.xreplace(bindings)
     if getattr(result, "free_symbols", None):
         raise node_error(UnsupportedOpError, node, f": the symbolic float {expr} is not supported")
@@ -310,6 +349,8 @@ class Exporter:
             return {"int": evaluate(value, self.bindings)}
         if isinstance(value, torch.SymFloat):
             value = evaluate_float(value, self.bindings, node)
+            if isinstance(value, list):
+                return {"ratio": value}
         if isinstance(value, float):
             if math.isnan(value):
                 return {"float": "nan"}

@@ -3237,6 +3237,15 @@ ROWS: list[Row] = [
         tol=EXACT,
         mixed=join(binary_mixed(), scalar_mixed([2, -1.5, True])),
     ),
+    # Dynamo's division of a tensor by a float computed from sizes.
+    Row(
+        "aten.true_divide.Tensor",
+        ALL,
+        binary(),
+        tol=EXACT,
+        mixed=join(binary_mixed(), scalar_mixed([2, -1.5, True])),
+        direct="make_fx records true_divide as div",
+    ),
     Row(
         "aten.div.Scalar",
         ALL,

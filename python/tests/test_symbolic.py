@@ -287,6 +287,31 @@ def test_sizes_with_floor_divisions_and_maxima_compile_once():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
+def test_floats_computed_from_sizes_compile_once():
+    """Floats Dynamo computes from sizes (``1.0 / n``, ``n * 4 / 3``: a batch norm's backward
+    scales by ``1 / (n*h*w)``) reach the kernel as ratios of sizes, computed in f64 when it
+    runs, then used as the Python float would be: bit-exact against eager, one kernel."""
+
+    def fn(x):
+        n, m = x.shape
+        return (
+            x * (1.0 / n),
+            x / (n * 4 / 3) + m / 2,
+            x.to(torch.float64) * (n / m),
+            x.to(torch.float16) * (1 / (n * m)),
+        )
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False):
+        for n, m in [(3, 5), (7, 2), (12, 9), (5, 33)]:
+            x = torch.randn(n, m)
+            for got, expected in zip(compiled(x), fn(x), strict=True):
+                assert got.dtype == expected.dtype
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
 def test_floor_division_texts_round_trip_through_the_interchange():
     """The interchange's text of Dynamo's size expressions parses back (in Rust) to the same
     values: floor and ceiling division, moduli, maxima, minima and a divisor that is a size."""
@@ -470,9 +495,7 @@ def test_a_transformer_training_step_over_sequence_lengths_compiles_once():
         def __init__(self):
             super().__init__()
             self.embed = torch.nn.Embedding(50, 32)
-            self.layer = torch.nn.TransformerEncoderLayer(
-                32, 4, 64, dropout=0.0, batch_first=True
-            )
+            self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
             self.head = torch.nn.Linear(32, 50)
 
         def forward(self, ids):
@@ -505,8 +528,8 @@ def test_a_conv_net_training_step_with_a_dynamic_batch():
     """A training step of a small conv net with a batch norm over a batch marked dynamic: the
     forward graph is one kernel for every batch (the batch statistics average a count
     computed when the kernel runs); the loss, the gradients and the running statistics match
-    eager's at every batch. (The backward graph, max pooling's scatter among it, still
-    compiles per size.)"""
+    eager's at every batch. (The backward graph still compiles per size: its weight
+    gradients are convolutions that sum over the batch, which no sample computes alone.)"""
     torch.manual_seed(0)
 
     def net():

@@ -123,6 +123,9 @@ pub enum Arg {
     /// An integer, or a symbolic size (a marker, see [`dims`]).
     Int(#[serde(with = "dims::one")] i64),
     Float(FloatLit),
+    /// A float computed from sizes, `num / den` (each an integer or a symbolic size): a
+    /// batch norm's `1 / (n*h*w)` in a graph for every size.
+    Ratio(#[serde(with = "dims::list")] Vec<i64>),
     Bool(bool),
     None,
     List(Vec<Arg>),

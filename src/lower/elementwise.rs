@@ -99,6 +99,7 @@ const BINARY: &[(&str, Binary)] = &[
     ("aten.mul.Tensor", Binary::Mul),
     ("aten.mul.Scalar", Binary::Mul),
     ("aten.div.Tensor", Binary::Div),
+    ("aten.true_divide.Tensor", Binary::Div),
     ("aten.div.Scalar", Binary::Div),
     ("aten.div.Tensor_mode", Binary::Div),
     ("aten.div.Scalar_mode", Binary::Div),

@@ -570,6 +570,11 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
             let value = self.scalar_value(node, index, DType::Int64)?;
             return Ok(Operand::Tensor(self.scalar_tensor(value, DType::Int64)?));
         }
+        if let Arg::Ratio(_) = arg {
+            // In f64, as Python computed it; the op converts it as it would a Python float.
+            let value = self.scalar_value(node, index, DType::Float64)?;
+            return Ok(Operand::Tensor(self.scalar_tensor(value, DType::Float64)?));
+        }
         scalar_of(arg).map(Operand::Scalar).ok_or_else(|| {
             lowering_error(format!(
                 "{} must be a tensor or a number",
@@ -602,6 +607,14 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
                 crate::graph::dims::poly_of(*size)
             ));
         }
+        if let Arg::Ratio(parts) = arg {
+            return fail(format!(
+                "{} is a ratio of sizes ({}), where only a fixed number is supported (compile \
+                 the graph for fixed sizes)",
+                Self::arg_name(node, index),
+                crate::graph::dims::shown(parts)
+            ));
+        }
         scalar_of(arg).ok_or_else(|| {
             lowering_error(format!("{} must be a number", Self::arg_name(node, index)))
         })
@@ -615,6 +628,19 @@ impl<'c, 'a> LowerCtx<'c, 'a> {
         match self.arg(node, index)? {
             Arg::Int(size) if crate::graph::dims::is_symbolic(*size) => {
                 self.e.size_value(*size, dtype)
+            }
+            Arg::Ratio(parts) => {
+                let [num, den] = parts.as_slice() else {
+                    return fail(format!(
+                        "{} is a ratio of {} sizes, not 2",
+                        Self::arg_name(node, index),
+                        parts.len()
+                    ));
+                };
+                let f64 = DType::Float64;
+                let (num, den) = (self.e.size_value(*num, f64)?, self.e.size_value(*den, f64)?);
+                let ratio = self.e.same("arith.divf", &[num, den])?;
+                self.e.convert(ratio, f64, dtype)
             }
             _ => match (self.scalar(node, index)?, dtype.is_float()) {
                 (Scalar::Float(f), false) if f.fract() == 0.0 => {
@@ -863,6 +889,7 @@ pub fn checked_nodes(graph: &Graph) -> Result<Vec<(NodeSite, Check)>> {
 fn symbolic_number(arg: &Arg) -> bool {
     match arg {
         Arg::Int(v) => crate::graph::dims::is_symbolic(*v),
+        Arg::Ratio(_) => true,
         Arg::List(items) => items.iter().any(symbolic_number),
         _ => false,
     }
