@@ -935,8 +935,11 @@ impl<'c, 'a> Emit<'c, 'a> {
         len: Option<i64>,
         dtype: DType,
     ) -> Result<Value<'c, 'a>> {
-        let mut attrs = self.slice_at_attrs(shape, dim, len)?;
-        attrs.push(("operandSegmentSizes", self.attr("array<i32: 1, 1, 0, 0>")?));
+        let (mut attrs, sizes) = self.slice_at_attrs(shape, dim, len)?;
+        let segments = format!("array<i32: 1, 1, {}, 0>", sizes.len());
+        attrs.push(("operandSegmentSizes", self.attr(&segments)?));
+        let mut operands = vec![source, at];
+        operands.extend(sizes);
         let mut result = shape.to_vec();
         match len {
             Some(len) => result[dim] = len,
@@ -946,7 +949,7 @@ impl<'c, 'a> Emit<'c, 'a> {
         }
         self.op1(
             "tensor.extract_slice",
-            &[source, at],
+            &operands,
             self.tensor_type(&result, dtype)?,
             &attrs,
         )
@@ -964,44 +967,37 @@ impl<'c, 'a> Emit<'c, 'a> {
         (dim, at, len): (usize, Value<'c, 'a>, Option<i64>),
         parallel: bool,
     ) -> Result<Value<'c, 'a>> {
-        let mut attrs = self.slice_at_attrs(shape, dim, len)?;
-        attrs.push((
-            "operandSegmentSizes",
-            self.attr("array<i32: 1, 1, 1, 0, 0>")?,
-        ));
+        let (mut attrs, sizes) = self.slice_at_attrs(shape, dim, len)?;
+        let segments = format!("array<i32: 1, 1, 1, {}, 0>", sizes.len());
+        attrs.push(("operandSegmentSizes", self.attr(&segments)?));
+        let mut operands = vec![source, dest, at];
+        operands.extend(sizes);
         if parallel {
-            self.op(
-                "tensor.parallel_insert_slice",
-                &[source, dest, at],
-                &[],
-                &attrs,
-            )?;
+            self.op("tensor.parallel_insert_slice", &operands, &[], &attrs)?;
             return Ok(dest);
         }
-        self.op1(
-            "tensor.insert_slice",
-            &[source, dest, at],
-            dest.r#type(),
-            &attrs,
-        )
+        self.op1("tensor.insert_slice", &operands, dest.r#type(), &attrs)
     }
 
+    /// The attributes of a slice at a dynamic offset of dimension `dim` and the values of its
+    /// symbolic sizes (its dynamic size operands).
     fn slice_at_attrs(
         &self,
         shape: &[i64],
         dim: usize,
         len: Option<i64>,
-    ) -> Result<Vec<(&'static str, Attribute<'c>)>> {
+    ) -> Result<SliceAt<'c, 'a>> {
         let rank = shape.len();
         let mut offsets = vec![0; rank];
         offsets[dim] = i64::MIN; // ShapedType::kDynamic: the offset is an operand
         let mut sizes = shape.to_vec();
         sizes[dim] = len.unwrap_or(1);
-        Ok(vec![
+        let attrs = vec![
             ("static_offsets", self.attr(&i64_array(&offsets))?),
-            ("static_sizes", self.attr(&i64_array(&sizes))?),
+            ("static_sizes", self.attr(&i64_array(&fixed(&sizes)))?),
             ("static_strides", self.attr(&i64_array(&vec![1; rank]))?),
-        ])
+        ];
+        Ok((attrs, self.symbolic_sizes(&sizes)?))
     }
 
     /// Any reshape that keeps the element count: collapse to 1-D, then expand to the target.
@@ -1123,6 +1119,9 @@ impl<'c, 'a> Emit<'c, 'a> {
         self.op1(name, &operands, self.tensor_type(shape, dtype)?, &attrs)
     }
 }
+
+/// The attributes of a slice at a dynamic offset and its dynamic size operands.
+type SliceAt<'c, 'a> = (Vec<(&'static str, Attribute<'c>)>, Vec<Value<'c, 'a>>);
 
 /// The attributes of a slice op: its static offsets, sizes and strides and its operand segments.
 type SliceAttributes<'c> = [(&'static str, Attribute<'c>); 4];

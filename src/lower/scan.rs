@@ -11,7 +11,7 @@ use super::layout::permute;
 use super::loops::{for_loop, loop_nest, nth, reuse};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
-use crate::graph::{Arg, DType, Node};
+use crate::graph::{Arg, DType, Node, dims};
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -97,7 +97,7 @@ fn cumulative_rows<'c, 'a>(
         let results = for_loop(
             b,
             b.index(0)?,
-            b.index(n)?,
+            b.size(n)?,
             b.index(1)?,
             &[total, nth(carried, 0)?],
             |m, k, carried| {
@@ -120,7 +120,7 @@ fn cumulative_rows<'c, 'a>(
 fn cumulative<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, product: bool) -> Result<Value<'c, 'a>> {
     let x = ctx.tensor(node, 0)?;
     let out = ctx.out(0)?.clone();
-    if x.rank() == 0 || out.numel() == 0 {
+    if x.rank() == 0 || dims::poly_of(dims::product(&out.shape)?).as_constant() == Some(0) {
         norm_dim(ctx.int(node, 1)?, x.rank())?;
         return Ok(ctx.cast(&x, out.dtype)?.value);
     }
@@ -140,8 +140,9 @@ fn cumulative<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, product: bool) -> Res
     };
     let mut rest = x.shape.clone();
     rest.remove(dim);
-    let inner: i64 = x.shape[dim + 1..].iter().product();
-    if inner < 16 {
+    // Short rows (a symbolic inner size counts as long) take the scalar loops.
+    let inner = dims::product(&x.shape[dim + 1..])?;
+    if !dims::is_symbolic(inner) && inner < 16 {
         return cumulative_rows(ctx, &x, dim, acc, out.dtype, product);
     }
     let running = ctx
@@ -154,7 +155,7 @@ fn cumulative<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, product: bool) -> Res
     let results = for_loop(
         &e,
         e.index(0)?,
-        e.index(x.shape[dim])?,
+        e.size(x.shape[dim])?,
         e.index(1)?,
         &[running, init],
         |b, k, carried| {
