@@ -4,8 +4,10 @@
 //! identity; views that read elements at new positions are `linalg.generic`s whose input map
 //! says where (`d0 mod 3`, `-d0 + 4`, `d0 * 3 + d1 + 2`).
 
+use super::elements::{extract, linalg_index};
 use super::layout::{self, permute};
-use super::{LowerCtx, Operand, Registry, Tensor, fail, norm_dim};
+use super::loops::{nth, reuse};
+use super::{Iter, LowerCtx, Operand, Registry, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{Node, dims};
 use melior::ir::Value;
@@ -219,6 +221,9 @@ fn lower_movement<'c, 'a>(
                 if rank > 0 && std::mem::replace(&mut flipped[d], true) {
                     return fail(format!("dimension {d} appears twice in flip dims {dims:?}"));
                 }
+            }
+            if (0..rank).any(|d| flipped[d] && dims::is_symbolic(x.shape[d])) {
+                return Ok(vec![flip_symbolic(ctx, &x, &flipped)?]);
             }
             let exprs: Vec<String> = (0..rank)
                 .map(|d| match (flipped[d], x.shape[d]) {
@@ -554,6 +559,38 @@ fn split<'c, 'a>(
         offset = dims::sum(offset, size)?;
     }
     Ok(results)
+}
+
+/// `flip` of symbolic dimensions: an indexing map cannot hold their sizes, so each element
+/// reads the input at its mirrored position (`size - 1 - i`), computed in the loop body.
+fn flip_symbolic<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    flipped: &[bool],
+) -> Result<Value<'c, 'a>> {
+    let rank = x.rank();
+    let init = ctx.e.empty(&x.shape, x.dtype)?;
+    let (input, shape, dtype) = (x.value, x.shape.clone(), x.dtype);
+    let results = ctx.e.generic(
+        &[],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, _| {
+            let mut at = Vec::with_capacity(rank);
+            for (d, &flip) in flipped.iter().enumerate() {
+                let i = linalg_index(b, d)?;
+                at.push(match flip {
+                    true => {
+                        let last = b.same("arith.subi", &[b.size(shape[d])?, b.index(1)?])?;
+                        b.same("arith.subi", &[last, i])?
+                    }
+                    false => i,
+                });
+            }
+            Ok(vec![extract(b, reuse(input), &at, dtype)?])
+        },
+    )?;
+    nth(&results, 0)
 }
 
 /// The offset of `[start:end:step]` in a dimension of `size` where some are symbolic, checked

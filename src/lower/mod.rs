@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 48] = [
+const DYNAMIC_OPS: [&str; 49] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -131,6 +131,7 @@ const DYNAMIC_OPS: [&str; 48] = [
     "aten.slice_scatter.default",
     "aten.cumsum.default",
     "aten.cumprod.default",
+    "aten.flip.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
