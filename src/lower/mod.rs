@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 49] = [
+const DYNAMIC_OPS: [&str; 50] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -132,13 +132,15 @@ const DYNAMIC_OPS: [&str; 49] = [
     "aten.cumsum.default",
     "aten.cumprod.default",
     "aten.flip.default",
+    "aten.native_group_norm.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
-/// end, a split's sizes), compare with the input's (an `as_strided` that restrides unit
-/// dimensions) or never read (a view's or an expand's sizes: they take the result's shape from
-/// the graph's metadata). So do the rows of `SYMBOLIC_ARGUMENT_FAMILIES`.
-const SYMBOLIC_ARGUMENTS: [&str; 8] = [
+/// end, a split's sizes, a group norm's batch and image size), compare with the input's (an
+/// `as_strided` that restrides unit dimensions) or never read (a view's or an expand's sizes:
+/// they take the result's shape from the graph's metadata). So do the rows of
+/// `SYMBOLIC_ARGUMENT_FAMILIES`.
+const SYMBOLIC_ARGUMENTS: [&str; 9] = [
     "aten.as_strided.default",
     "aten.view.default",
     "aten._unsafe_view.default",
@@ -147,6 +149,7 @@ const SYMBOLIC_ARGUMENTS: [&str; 8] = [
     "aten.slice.Tensor",
     "aten.split_with_sizes.default",
     "aten.split.Tensor",
+    "aten.native_group_norm.default",
 ];
 
 /// Families whose rows take symbolic numbers: a creation's sizes (never read) and values, an

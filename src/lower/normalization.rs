@@ -568,12 +568,18 @@ fn lower_group_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     if x.rank() < 2
         || x.shape[0] != n
         || x.shape[1] != c
-        || n * c * hxw != x.shape.iter().product::<i64>()
+        || dims::product(&[n, c, hxw])? != dims::product(&x.shape)?
     {
         return fail(format!(
-            "input of shape {:?} does not match N={n}, C={c}, HxW={hxw}",
-            x.shape
+            "input of shape {} does not match N={}, C={}, HxW={}",
+            dims::shown(&x.shape),
+            dims::poly_of(n),
+            dims::poly_of(c),
+            dims::poly_of(hxw)
         ));
+    }
+    if dims::is_symbolic(c) {
+        return fail("group norm over a symbolic number of channels is not supported");
     }
     if groups <= 0 || c % groups != 0 {
         return fail(format!("{c} channels do not split into {groups} groups"));
@@ -582,7 +588,11 @@ fn lower_group_norm<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<V
     let bias = per_channel(ctx, ctx.opt_tensor(node, 2)?, c, "bias")?;
     let per_group = c / groups;
     let acc = out.dtype.compute();
-    if x.shape.contains(&0) && n * groups > 0 && per_group * hxw > 0 {
+    if x.shape.contains(&0)
+        && ![n, hxw].into_iter().any(dims::is_symbolic)
+        && n * groups > 0
+        && per_group * hxw > 0
+    {
         return fail("internal: inconsistent group norm sizes");
     }
     // [N, G, D, HxW]: statistics over the last two.
