@@ -579,10 +579,11 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// `bufferization.alloc_tensor`: an uninitialised tensor that is its own allocation (unlike
     /// a `tensor.empty`, slices of it do not fold into fresh tensors).
     pub fn alloc_tensor(&self, shape: &[i64], dtype: DType) -> Result<Value<'c, 'a>> {
-        let segments = self.attr("array<i32: 0, 0, 0>")?;
+        let sizes = self.symbolic_sizes(shape)?;
+        let segments = self.attr(&format!("array<i32: {}, 0, 0>", sizes.len()))?;
         self.op1(
             "bufferization.alloc_tensor",
-            &[],
+            &sizes,
             self.tensor_type(shape, dtype)?,
             &[("operandSegmentSizes", segments)],
         )

@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 50] = [
+const DYNAMIC_OPS: [&str; 53] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -133,6 +133,9 @@ const DYNAMIC_OPS: [&str; 50] = [
     "aten.cumprod.default",
     "aten.flip.default",
     "aten.native_group_norm.default",
+    "aten.sort.default",
+    "aten.sort.stable",
+    "aten.topk.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's

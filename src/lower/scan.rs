@@ -224,10 +224,10 @@ fn merge_pass<'c, 'a>(
     let double = e.same("arith.addi", &[width, width])?;
     let results = loop_nest(e, &[rows], &[spare_keys, spare_ids], &|b, ivs, carried| {
         let row = nth(ivs, 0)?;
-        let (lo, hi) = (b.index(0)?, b.index(n)?);
+        let (lo, hi) = (b.index(0)?, b.size(n)?);
         for_loop(b, lo, hi, reuse(double), carried, |s, start, carried| {
             let row = reuse(row);
-            let n_index = s.index(n)?;
+            let n_index = s.size(n)?;
             let mid = s.same("arith.addi", &[start, reuse(width)])?;
             let mid = s.same("arith.minsi", &[mid, n_index])?;
             let end = s.same("arith.addi", &[start, reuse(double)])?;
@@ -239,7 +239,7 @@ fn merge_pass<'c, 'a>(
                 let (i, j) = (nth(carried, 0)?, nth(carried, 1)?);
                 let (out_keys, out_ids) = (nth(carried, 2)?, nth(carried, 3)?);
                 // Exhausted runs are read at a clamped position and never taken.
-                let last = m.index(n - 1)?;
+                let last = m.same("arith.subi", &[m.size(n)?, m.index(1)?])?;
                 let il = m.same("arith.minsi", &[i, last])?;
                 let jl = m.same("arith.minsi", &[j, last])?;
                 let (keys, ids) = (reuse(keys), reuse(ids));
@@ -291,7 +291,8 @@ fn sort_rows<'c, 'a>(
     )?;
     let mut ids = nth(&ids, 0)?;
     let mut keys_now = keys.value;
-    if rows == 0 || n <= 1 {
+    let fixed = |d: i64| !dims::is_symbolic(d);
+    if (fixed(rows) && rows == 0) || (fixed(n) && n <= 1) {
         return Ok((keys_now, ids));
     }
     // Fresh allocations, not `tensor.empty`: CSE would merge two empties of one type, and
@@ -301,12 +302,11 @@ fn sort_rows<'c, 'a>(
     // ceil(log2(n)) passes of widths 1, 2, 4, ..: each loop iteration merges into the spare
     // buffers and back (a loop may not swap its carried tensors), so an odd count ends with a
     // pass of width >= n, which copies.
-    let passes = i64::from(64 - (n - 1).leading_zeros());
     let dtype = keys.dtype;
     let results = for_loop(
         &e,
         e.index(0)?,
-        e.index((passes + 1) / 2)?,
+        pass_pairs(&e, n)?,
         e.index(1)?,
         &[keys_now, ids, spare_keys, spare_ids],
         |b, pair, carried| {
@@ -346,6 +346,28 @@ fn sort_rows<'c, 'a>(
     Ok((keys_now, ids))
 }
 
+/// How many pairs of merge passes sort rows of `n`: half of ceil(log2(n)), rounded up; for a
+/// symbolic `n` computed when the kernel runs.
+fn pass_pairs<'c, 'a>(e: &Emit<'c, 'a>, n: i64) -> Result<Value<'c, 'a>> {
+    if !dims::is_symbolic(n) {
+        let passes = i64::from(64 - (n - 1).leading_zeros());
+        return e.index((passes + 1) / 2);
+    }
+    // 64 - ctlz(n - 1) passes (0 for a row of one).
+    let i64_type = e.elem_type(DType::Int64)?;
+    let n = e.op1("arith.index_cast", &[e.size(n)?], i64_type, &[])?;
+    let one = e.constant(Scalar::Int(1), DType::Int64)?;
+    let last = e.same("arith.subi", &[n, one])?;
+    let zeros = e.same("math.ctlz", &[last])?;
+    let passes = e.same(
+        "arith.subi",
+        &[e.constant(Scalar::Int(64), DType::Int64)?, zeros],
+    )?;
+    let pairs = e.same("arith.addi", &[passes, one])?;
+    let pairs = e.same("arith.shrui", &[pairs, one])?;
+    e.op1("arith.index_cast", &[pairs], e.ty("index")?, &[])
+}
+
 /// sort (values, indices) and topk (the first `k` of the sorted row).
 fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<Value<'c, 'a>>> {
     let x = ctx.tensor(node, 0)?;
@@ -369,7 +391,11 @@ fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<V
     let indices_meta = ctx.out(1)?.clone();
     let n = x.shape.get(dim).copied().unwrap_or(1);
     let k = k.unwrap_or(n);
-    if k < 0 || k > n {
+    if dims::is_symbolic(k) && k != n {
+        return fail("topk of a symbolic k is not supported");
+    }
+    // A symbolic dimension holds k where tracing guards it.
+    if !dims::is_symbolic(k) && (k < 0 || (!dims::is_symbolic(n) && k > n)) {
         return fail(format!(
             "k = {k} is out of range for a dimension of size {n}"
         ));
@@ -384,14 +410,7 @@ fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<V
         shape: perm.iter().map(|&d| x.shape[d]).collect(),
         dtype: x.dtype,
     };
-    let rows: i64 = moved.shape.iter().product::<i64>() / n.max(1);
-    let rows = if n == 0 {
-        moved.shape[..moved.rank().saturating_sub(1)]
-            .iter()
-            .product()
-    } else {
-        rows
-    };
+    let rows = dims::product(&moved.shape[..moved.rank().saturating_sub(1)])?;
     let flat = ctx.reshape(&moved, &[rows, n])?;
     let (keys, ids) = sort_rows(ctx, &flat, descending)?;
     let mut results = Vec::new();
@@ -399,7 +418,7 @@ fn sort<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, scan: Scan) -> Result<Vec<V
         (keys, x.dtype, &values_meta),
         (ids, DType::Int64, &indices_meta),
     ] {
-        let value = if k < n {
+        let value = if k != n {
             ctx.e
                 .extract_slice(value, &[0, 0], &[rows, k], &[1, 1], &[rows, k], dtype)?
         } else {
