@@ -131,8 +131,9 @@ impl<'c, 'a> Attention<'c, 'a> {
             let scores = [batch, heads, l, s];
             if emit::broadcast_shapes(&[&m.shape, &scores]).ok().as_deref() != Some(&scores[..]) {
                 return fail(format!(
-                    "attn_mask of shape {:?} does not broadcast to the scores {scores:?}",
-                    m.shape
+                    "attn_mask of shape {} does not broadcast to the scores {}",
+                    dims::shown(&m.shape),
+                    dims::shown(&scores)
                 ));
             }
         }
@@ -375,15 +376,17 @@ fn lower_flash_attention_backward<'c, 'a>(
     let out_shape = [a.at.batch, a.at.heads, a.at.l, a.at.ev];
     if grad.shape != out_shape || out.shape != out_shape {
         return fail(format!(
-            "grad_out {:?} and out {:?} must have the output's shape {out_shape:?}",
-            grad.shape, out.shape
+            "grad_out {} and out {} must have the output's shape {}",
+            dims::shown(&grad.shape),
+            dims::shown(&out.shape),
+            dims::shown(&out_shape)
         ));
     }
     if logsumexp.shape != [a.at.batch, a.at.heads, a.at.l] {
         return fail(format!(
-            "logsumexp {:?} must have the shape {:?}",
-            logsumexp.shape,
-            [a.at.batch, a.at.heads, a.at.l]
+            "logsumexp {} must have the shape {}",
+            dims::shown(&logsumexp.shape),
+            dims::shown(&[a.at.batch, a.at.heads, a.at.l])
         ));
     }
     let acc = a.acc();
@@ -479,6 +482,10 @@ fn transposed<'c, 'a>(ctx: &LowerCtx<'c, 'a>, t: &Tensor<'c, 'a>) -> Result<Tens
 
 /// The four sizes of a rank-4 attention operand.
 fn four(t: &Tensor<'_, '_>, what: &str) -> Result<[i64; 4]> {
-    <[i64; 4]>::try_from(t.shape.as_slice())
-        .or_else(|_| fail(format!("{what} must have rank 4, got shape {:?}", t.shape)))
+    <[i64; 4]>::try_from(t.shape.as_slice()).or_else(|_| {
+        fail(format!(
+            "{what} must have rank 4, got shape {}",
+            dims::shown(&t.shape)
+        ))
+    })
 }

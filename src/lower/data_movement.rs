@@ -470,8 +470,9 @@ fn concatenate<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 
         }
         if part.rank() != rank {
             return fail(format!(
-                "cannot concatenate shape {:?} into {:?}",
-                part.shape, out.shape
+                "cannot concatenate shape {} into {}",
+                dims::shown(&part.shape),
+                dims::shown(&out.shape)
             ));
         }
         let part = ctx.cast(&part, out.dtype)?;

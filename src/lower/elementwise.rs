@@ -4,7 +4,7 @@
 
 use super::{Checked, Emit, LowerCtx, Operand, Registry, Scalar, Tensor, fail};
 use crate::error::{Check, Result};
-use crate::graph::{Arg, DType, Node, result_type};
+use crate::graph::{Arg, DType, Node, dims, result_type};
 use melior::ir::Value;
 
 #[derive(Clone, Copy)]
@@ -1028,8 +1028,9 @@ fn lower_convert<'c, 'a>(ctx: &mut LowerCtx<'c, 'a>, node: &Node) -> Result<Vec<
     let out = ctx.out(0)?.clone();
     if x.shape != out.shape {
         return fail(format!(
-            "cast changes shape {:?} to {:?}",
-            x.shape, out.shape
+            "cast changes shape {} to {}",
+            dims::shown(&x.shape),
+            dims::shown(&out.shape)
         ));
     }
     Ok(vec![ctx.cast(&x, out.dtype)?.value])

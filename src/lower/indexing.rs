@@ -176,8 +176,9 @@ impl<'c, 'a> Read<'c, 'a> {
     fn broadcast(tensor: Tensor<'c, 'a>, target: &[i64], start: usize) -> Result<Self> {
         let Some(lead) = target.len().checked_sub(tensor.rank()) else {
             return fail(format!(
-                "shape {:?} does not broadcast to {target:?}",
-                tensor.shape
+                "shape {} does not broadcast to {}",
+                dims::shown(&tensor.shape),
+                dims::shown(target)
             ));
         };
         let mut map = Vec::new();
@@ -185,8 +186,9 @@ impl<'c, 'a> Read<'c, 'a> {
             let t = target[lead + j];
             if d != 1 && d != t {
                 return fail(format!(
-                    "shape {:?} does not broadcast to {target:?}",
-                    tensor.shape
+                    "shape {} does not broadcast to {}",
+                    dims::shown(&tensor.shape),
+                    dims::shown(target)
                 ));
             }
             map.push((d != 1 || t == 1).then_some(start + lead + j));
@@ -687,8 +689,9 @@ fn gather_op<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a
     check_index(&index, "gather index")?;
     if index.rank() != x.rank() {
         return fail(format!(
-            "gather index of shape {:?} must have the rank of the input {:?}",
-            index.shape, x.shape
+            "gather index of shape {} must have the rank of the input {}",
+            dims::shown(&index.shape),
+            dims::shown(&x.shape)
         ));
     }
     let text = |shape: &[i64]| {
@@ -861,8 +864,9 @@ fn index<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node) -> Result<Value<'c, 'a>> {
     let out = ctx.out(0)?.clone();
     if plan.shape != out.shape {
         return fail(format!(
-            "indexing gives shape {:?} but the graph records {:?}",
-            plan.shape, out.shape
+            "indexing gives shape {} but the graph records {}",
+            dims::shown(&plan.shape),
+            dims::shown(&out.shape)
         ));
     }
     gather(
