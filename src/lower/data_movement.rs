@@ -223,7 +223,8 @@ fn lower_movement<'c, 'a>(
                 }
             }
             if (0..rank).any(|d| flipped[d] && dims::is_symbolic(x.shape[d])) {
-                return Ok(vec![flip_symbolic(ctx, &x, &flipped)?]);
+                let how = Position::Mirror(&flipped);
+                return Ok(vec![read_computed(ctx, &x, &x.shape, how)?]);
             }
             let exprs: Vec<String> = (0..rank)
                 .map(|d| match (flipped[d], x.shape[d]) {
@@ -245,6 +246,14 @@ fn lower_movement<'c, 'a>(
             let padded: Vec<i64> = std::iter::repeat_n(1, lead)
                 .chain(x.shape.clone())
                 .collect();
+            if padded.iter().any(|&d| dims::is_symbolic(d)) {
+                let shape = repeats
+                    .iter()
+                    .zip(&padded)
+                    .map(|(&r, &s)| dims::product(&[r, s]))
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok(vec![read_computed(ctx, &x, &shape, Position::Wrap)?]);
+            }
             let shape: Vec<i64> = repeats
                 .iter()
                 .zip(&padded)
@@ -562,30 +571,43 @@ fn split<'c, 'a>(
     Ok(results)
 }
 
-/// `flip` of symbolic dimensions: an indexing map cannot hold their sizes, so each element
-/// reads the input at its mirrored position (`size - 1 - i`), computed in the loop body.
-fn flip_symbolic<'c, 'a>(
+/// Where [`read_computed`] reads each input dimension.
+enum Position<'f> {
+    /// At the mirrored position `size - 1 - i` where flipped (`flip`).
+    Mirror(&'f [bool]),
+    /// At the position modulo its size (`repeat`).
+    Wrap,
+}
+
+/// `x` read at positions computed in the loop body, for reads whose indexing map would need
+/// a symbolic size (a `flip` or `repeat` of a symbolic dimension): input dimension `d` is read
+/// at a position computed from output dimension `offset + d`, `offset` being how many leading
+/// output dimensions the input lacks.
+fn read_computed<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
-    flipped: &[bool],
+    shape: &[i64],
+    how: Position,
 ) -> Result<Value<'c, 'a>> {
-    let rank = x.rank();
-    let init = ctx.e.empty(&x.shape, x.dtype)?;
-    let (input, shape, dtype) = (x.value, x.shape.clone(), x.dtype);
+    let (rank, offset) = (shape.len(), shape.len() - x.rank());
+    let init = ctx.e.empty(shape, x.dtype)?;
+    let (input, sizes, dtype) = (x.value, x.shape.clone(), x.dtype);
     let results = ctx.e.generic(
         &[],
         &[(init, emit::identity_map(rank))],
         &vec![Iter::Parallel; rank],
         |b, _| {
-            let mut at = Vec::with_capacity(rank);
-            for (d, &flip) in flipped.iter().enumerate() {
-                let i = linalg_index(b, d)?;
-                at.push(match flip {
-                    true => {
-                        let last = b.same("arith.subi", &[b.size(shape[d])?, b.index(1)?])?;
+            let mut at = Vec::with_capacity(sizes.len());
+            for (d, &size) in sizes.iter().enumerate() {
+                let i = linalg_index(b, offset + d)?;
+                at.push(match &how {
+                    Position::Mirror(flipped) if flipped[d] => {
+                        let last = b.same("arith.subi", &[b.size(size)?, b.index(1)?])?;
                         b.same("arith.subi", &[last, i])?
                     }
-                    false => i,
+                    Position::Wrap if size == 1 => b.index(0)?,
+                    Position::Wrap => b.same("arith.remui", &[i, b.size(size)?])?,
+                    Position::Mirror(_) => i,
                 });
             }
             Ok(vec![extract(b, reuse(input), &at, dtype)?])

@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 53] = [
+const DYNAMIC_OPS: [&str; 54] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -136,6 +136,7 @@ const DYNAMIC_OPS: [&str; 53] = [
     "aten.sort.default",
     "aten.sort.stable",
     "aten.topk.default",
+    "aten.repeat.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
