@@ -106,8 +106,9 @@ class Symbolic(dict):
     """Bindings that keep sizes symbolic: :func:`evaluate` writes a size that depends on
     Dynamo's size symbols as the text of an integer expression over them (``"128*s0"``,
     ``"(s0 - 1)//2 + 1"``), recording each symbol's range (``ranges``: name → (min, max)), for
-    a kernel that serves every size. A size the interchange cannot write (a maximum, a true
-    division) raises ``UnsupportedOpError``: such a graph compiles per size."""
+    a kernel that serves every size. A size the interchange cannot write (a true division, a
+    power with a symbolic exponent) raises ``UnsupportedOpError``: such a graph compiles per
+    size."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -166,6 +167,9 @@ def size_text(expr: Any) -> str:
     import sympy
     from torch.utils._sympy import functions as f
 
+    def modulo(a: str, m: int) -> str:
+        return f"({a} - {m}*({a}//{m}))"
+
     def text(e: Any) -> str:
         if e.is_Integer:
             return f"({int(e)})"
@@ -189,14 +193,13 @@ def size_text(expr: Any) -> str:
                     return f"({a}//{b})"
                 if isinstance(e, f.CeilDiv):
                     return f"((-1)*(((-1)*{a})//{b}))"
-                return f"({a} - {b}*({a}//{b}))"
+                return modulo(a, b)
         if isinstance(e, (f.Max, f.Min)):
             return ("max(" if isinstance(e, f.Max) else "min(") + ", ".join(map(text, e.args)) + ")"
         if isinstance(e, f.ModularIndexing):
             base, divisor, modulus = e.args
             if divisor.is_Integer and modulus.is_Integer and int(divisor) > 0 and int(modulus) > 0:
-                quotient = f"({text(base)}//{int(divisor)})"
-                return f"({quotient} - {int(modulus)}*({quotient}//{int(modulus)}))"
+                return modulo(f"({text(base)}//{int(divisor)})", int(modulus))
         raise UnsupportedOpError(
             f"the symbolic size {expr} is no integer expression the interchange writes "
             f"(`{e}`: only +, *, natural powers, Max, Min, // and % by positive integers)"

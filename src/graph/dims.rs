@@ -1,7 +1,7 @@
 //! Symbolic sizes. In a graph compiled for every size Dynamo's guards accept, a dimension or
-//! stride may be a polynomial over the graph's size symbols and floor divisions of such
-//! polynomials by positive integers (`s0`, `128*s0`, `s0*s1 + 1`, `((s0 - 1)//2) + 1`), written
-//! as text in the interchange document.
+//! stride may be a polynomial over the graph's size symbols and over floor divisions, maxima
+//! and minima of such polynomials (`s0`, `128*s0`, `s0*s1 + 1`, `((s0 + 1)//2)`,
+//! `max(1, s0)`), written as text in the interchange document.
 //!
 //! In memory such a size is a *marker*: a negative `i64` (never a real size or stride) that
 //! names the polynomial in a process-wide table, so that shapes stay `Vec<i64>` and code that
@@ -46,10 +46,20 @@ impl Poly {
     }
 
     pub fn symbol(name: &str) -> Poly {
-        Poly(BTreeMap::from([(
-            vec![Factor::Symbol(name.to_string())],
-            1,
-        )]))
+        Poly::of_factor(Factor::Symbol(name.to_string()))
+    }
+
+    /// The polynomial that is `factor` alone.
+    fn of_factor(factor: Factor) -> Poly {
+        Poly(BTreeMap::from([(vec![factor], 1)]))
+    }
+
+    /// The factor, if the polynomial is one factor alone (coefficient 1).
+    fn as_factor(&self) -> Option<&Factor> {
+        match self.0.iter().next() {
+            Some((monomial, 1)) if self.0.len() == 1 && monomial.len() == 1 => monomial.first(),
+            _ => None,
+        }
     }
 
     /// The constant value, if the polynomial has no symbol.
@@ -153,23 +163,14 @@ impl Poly {
         let common = rest.0.values().fold(divisor, |g, &c| gcd(g, c));
         let divisor = divisor / common;
         let rest = Poly(rest.0.into_iter().map(|(m, c)| (m, c / common)).collect());
-        let floor = match (rest.as_constant(), rest.0.iter().next()) {
+        let floor = match (rest.as_constant(), rest.as_factor()) {
             // The coefficients of `rest` lie in 0..divisor, so a constant one floors to 0.
             (Some(_), _) => Poly::default(),
             _ if divisor == 1 => rest,
-            (None, Some((monomial, &1))) if rest.0.len() == 1 => match monomial.as_slice() {
-                [Factor::Floor(inner, d)] => {
-                    inner.floor_div(d.checked_mul(divisor).ok_or_else(overflow)?)?
-                }
-                _ => Poly(BTreeMap::from([(
-                    vec![Factor::Floor(Box::new(rest), divisor)],
-                    1,
-                )])),
-            },
-            _ => Poly(BTreeMap::from([(
-                vec![Factor::Floor(Box::new(rest), divisor)],
-                1,
-            )])),
+            (None, Some(Factor::Floor(inner, d))) => {
+                inner.floor_div(d.checked_mul(divisor).ok_or_else(overflow)?)?
+            }
+            _ => Poly::of_factor(Factor::Floor(Box::new(rest), divisor)),
         };
         quotient.add(&floor)
     }
@@ -180,13 +181,10 @@ impl Poly {
         match divisor.as_constant() {
             Some(d) => self.floor_div(d),
             None if self == divisor => Ok(Poly::constant(1)),
-            None => Ok(Poly(BTreeMap::from([(
-                vec![Factor::Quotient(
-                    Box::new(self.clone()),
-                    Box::new(divisor.clone()),
-                )],
-                1,
-            )]))),
+            None => Ok(Poly::of_factor(Factor::Quotient(
+                Box::new(self.clone()),
+                Box::new(divisor.clone()),
+            ))),
         }
     }
 
@@ -196,13 +194,10 @@ impl Poly {
         let mut constant: Option<i64> = None;
         let mut rest = BTreeSet::new();
         for arg in args {
-            let nested = match (arg.0.iter().next(), arg.0.len()) {
-                (Some((monomial, 1)), 1) => match (monomial.as_slice(), largest) {
-                    ([Factor::Max(inner)], true) | ([Factor::Min(inner)], false) => {
-                        Some(inner.clone())
-                    }
-                    _ => None,
-                },
+            let nested = match (arg.as_factor(), largest) {
+                (Some(Factor::Max(inner)), true) | (Some(Factor::Min(inner)), false) => {
+                    Some(inner.clone())
+                }
                 _ => None,
             };
             for arg in nested.unwrap_or_else(|| vec![arg]) {
@@ -222,12 +217,11 @@ impl Poly {
         if args.len() == 1 {
             return args.remove(0);
         }
-        let factor = if largest {
+        Poly::of_factor(if largest {
             Factor::Max(args)
         } else {
             Factor::Min(args)
-        };
-        Poly(BTreeMap::from([(vec![factor], 1)]))
+        })
     }
 
     /// The value under `bindings` (symbol → value); `None` if a symbol is unbound or it
@@ -539,6 +533,12 @@ pub fn product(sizes: &[i64]) -> Result<i64> {
 /// The sum of two sizes (markers included), as a size.
 pub fn sum(a: i64, b: i64) -> Result<i64> {
     Ok(size_of(poly_of(a).add(&poly_of(b))?))
+}
+
+/// Whether a tensor of `sizes` holds no element for any value of its symbols (a fixed size
+/// of 0).
+pub fn is_empty(sizes: &[i64]) -> Result<bool> {
+    Ok(poly_of(product(sizes)?).as_constant() == Some(0))
 }
 
 /// Whether sizes `a` and `b` can be equal: equal polynomials, or ones whose difference holds

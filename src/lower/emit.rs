@@ -1016,6 +1016,17 @@ impl<'c, 'a> Emit<'c, 'a> {
         if from.iter().chain(to).any(|&d| dims::is_symbolic(d)) {
             return self.reshape_symbolic(source, from, to, dtype);
         }
+        self.reshape_through_line(source, from, to, dtype)
+    }
+
+    /// A reshape as a collapse to one dimension and an expand from it.
+    fn reshape_through_line(
+        &self,
+        source: Value<'c, 'a>,
+        from: &[i64],
+        to: &[i64],
+        dtype: DType,
+    ) -> Result<Value<'c, 'a>> {
         let numel = dims::product(from)?;
         let flat = match from.len() {
             1 => source,
@@ -1059,7 +1070,7 @@ impl<'c, 'a> Emit<'c, 'a> {
                 .collect();
             format!("[{}]", groups.join(", "))
         };
-        if dims::poly_of(dims::product(from)?).as_constant() == Some(0) {
+        if dims::is_empty(from)? {
             // No element to move.
             return self.empty(to, dtype);
         }
@@ -1079,26 +1090,7 @@ impl<'c, 'a> Emit<'c, 'a> {
             // Sizes that match in no groups (a size from a floor division whose product
             // equals the input's only where the graph's tracing guards it): through one
             // dimension.
-            None => {
-                let flat = [dims::product(from)?];
-                let all = |n: usize| text(&[(0..n).collect()]);
-                let line = self.reassociate(
-                    "tensor.collapse_shape",
-                    source,
-                    &flat,
-                    dtype,
-                    &all(from.len()),
-                    None,
-                )?;
-                self.reassociate(
-                    "tensor.expand_shape",
-                    line,
-                    to,
-                    dtype,
-                    &all(to.len()),
-                    Some(to),
-                )
-            }
+            None => self.reshape_through_line(source, from, to, dtype),
         }
     }
 

@@ -994,7 +994,7 @@ fn scatter<'c, 'a>(ctx: &LowerCtx<'c, 'a>, node: &Node, update: Update) -> Resul
     let index = as_vector(ctx, ctx.tensor(node, 2)?)?;
     check_index(&index, "scatter index")?;
     let out = ctx.out(0)?.clone();
-    if dims::poly_of(dims::product(&index.shape)?).as_constant() == Some(0) {
+    if dims::is_empty(&index.shape)? {
         // No updates.
         let x = ctx.cast(&x, out.dtype)?;
         return Ok(ctx.reshape(&x, &out.shape)?.value);

@@ -82,7 +82,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 54] = [
+const DYNAMIC_OPS: [&str; 49] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -129,13 +129,8 @@ const DYNAMIC_OPS: [&str; 54] = [
     "aten.index_put.default",
     "aten.select_scatter.default",
     "aten.slice_scatter.default",
-    "aten.cumsum.default",
-    "aten.cumprod.default",
     "aten.flip.default",
     "aten.native_group_norm.default",
-    "aten.sort.default",
-    "aten.sort.stable",
-    "aten.topk.default",
     "aten.repeat.default",
 ];
 
@@ -249,7 +244,7 @@ impl Registry {
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
         // The families whose rows take symbolic sizes.
-        const DYNAMIC: [&str; 3] = ["elementwise", "reduction", "creation"];
+        const DYNAMIC: [&str; 4] = ["elementwise", "reduction", "creation", "scan"];
         let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),
