@@ -535,6 +535,12 @@ pub fn sum(a: i64, b: i64) -> Result<i64> {
     Ok(size_of(poly_of(a).add(&poly_of(b))?))
 }
 
+/// The floor of a size (markers included) divided by a positive constant, as a size: a
+/// strided or pooled output size, `(s0 + 2*1 - 3)//2 + 1`.
+pub fn floor_div(size: i64, divisor: i64) -> Result<i64> {
+    Ok(size_of(poly_of(size).floor_div(divisor)?))
+}
+
 /// Whether a tensor of `sizes` holds no element for any value of its symbols (a fixed size
 /// of 0).
 pub fn is_empty(sizes: &[i64]) -> Result<bool> {

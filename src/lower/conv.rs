@@ -24,7 +24,7 @@ use super::products::{computed_padded, first_entries, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, TensorMeta, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
 use crate::target::Target;
 use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, PAIR_LANES};
@@ -109,7 +109,7 @@ fn lower_convolution<'c, 'a>(
     let (batch, channels) = (x.shape[0], x.shape[1]);
     let spatial = x.shape[2..].to_vec();
     let mut kernel = w.shape[2..].to_vec();
-    if kernel.iter().any(|&k| k <= 0) {
+    if kernel.iter().any(|&k| !sizes::is_symbolic(k) && k <= 0) {
         return fail(format!("kernel size {kernel:?} must be positive"));
     }
     let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
@@ -126,14 +126,29 @@ fn lower_convolution<'c, 'a>(
     // Channels per group, from the weight ([cout, cin/g, k…]; transposed [cin, cout/g, k…]),
     // checked against the input below.
     let (in_per_group, out_per_group) = if transposed {
-        (w.shape[0] / groups, w.shape[1])
+        (per_group(w.shape[0], groups)?, w.shape[1])
     } else {
-        (w.shape[1], w.shape[0] / groups)
+        (w.shape[1], per_group(w.shape[0], groups)?)
     };
+    // Symbolic channels (in traces of every size) count as wide enough for a product.
+    let wide = |c: i64| sizes::is_symbolic(c) || c >= GROUP_PRODUCT_CHANNELS;
     let product = acc.is_float()
-        && in_per_group > 0
-        && (groups == 1 || in_per_group.min(out_per_group) >= GROUP_PRODUCT_CHANNELS);
+        && in_per_group != 0
+        && (groups == 1 || (wide(in_per_group) && wide(out_per_group)));
     let x = if product { x } else { ctx.cast(&x, acc)? };
+    let symbolic = [&x.shape, &w.shape, &out.shape]
+        .iter()
+        .any(|shape| shape.iter().any(|&d| sizes::is_symbolic(d)));
+    if symbolic && transposed && kernel.iter().any(|&k| sizes::is_symbolic(k)) {
+        return fail(
+            "a transposed convolution's kernel sizes must be fixed (compile the graph for fixed sizes)",
+        );
+    }
+    if symbolic && !transposed {
+        let params = (&stride[..], &padding[..], &dilation[..]);
+        let summed = symbolic_correlation(ctx, (&x, &w, &out), params, groups, acc, product)?;
+        return epilogue(ctx, &out, summed, bias.as_ref(), acc);
+    }
 
     // The correlation: padded input [batch, channels, padded…], weight [g, cout/g, cin/g, k…].
     let mut cropped_taps = false;
@@ -183,10 +198,12 @@ fn lower_convolution<'c, 'a>(
         (out_channels, out_spatial, padded, weight, shifted)
     } else {
         let in_channels = w.shape[0];
-        if in_channels != channels || in_channels % groups != 0 {
+        let divides = sizes::is_symbolic(in_channels) || in_channels % groups == 0;
+        if !sizes::may_be_equal(in_channels, channels) || !divides {
             return fail(format!(
-                "input of shape {:?} and transposed weight of shape {:?} do not fit {groups} groups",
-                x.shape, w.shape
+                "input of shape {} and transposed weight of shape {} do not fit {groups} groups",
+                sizes::shown(&x.shape),
+                sizes::shown(&w.shape)
             ));
         }
         let mut out_spatial = Vec::with_capacity(nd);
@@ -196,9 +213,9 @@ fn lower_convolution<'c, 'a>(
                     "output_padding {output_padding:?} must be smaller than stride {stride:?} or dilation {dilation:?}"
                 ));
             }
-            let size =
-                (spatial[i] - 1) * stride[i] - 2 * padding[i] + reach[i] + output_padding[i] + 1;
-            if size <= 0 {
+            let spread = sizes::product(&[sizes::sum(spatial[i], -1)?, stride[i]])?;
+            let size = sizes::sum(spread, reach[i] + output_padding[i] + 1 - 2 * padding[i])?;
+            if !sizes::is_symbolic(size) && size <= 0 {
                 return fail(format!(
                     "transposed convolution output size {size} is not positive"
                 ));
@@ -207,7 +224,9 @@ fn lower_convolution<'c, 'a>(
         }
         // Input element i lands at d (k - 1) - p + i s of a canvas o + d (k - 1) long.
         let mut canvas = vec![batch, channels];
-        canvas.extend((0..nd).map(|i| out_spatial[i] + reach[i]));
+        for i in 0..nd {
+            canvas.push(sizes::sum(out_spatial[i], reach[i])?);
+        }
         let mut offsets = vec![0, 0];
         offsets.extend((0..nd).map(|i| reach[i] - padding[i]));
         let mut strides = vec![1, 1];
@@ -263,14 +282,9 @@ fn lower_convolution<'c, 'a>(
     let mut expected = vec![batch, out_channels];
     expected.extend(&out_spatial);
     check_shape(&out.shape, &expected)?;
-    if let Some(b) = &bias
-        && b.shape.iter().product::<i64>() != out_channels
-    {
-        return fail(format!(
-            "bias of shape {:?} does not match {out_channels} output channels",
-            b.shape
-        ));
-    }
+    // Symbolic sizes as the graph records them (equal to the computed ones where its guards
+    // hold).
+    let (expected, out_spatial) = (out.shape.clone(), out.shape[2..].to_vec());
     if expected.contains(&0) {
         return Ok(vec![ctx.e.empty(&out.shape, out.dtype)?]);
     }
@@ -298,30 +312,124 @@ fn lower_convolution<'c, 'a>(
         } else {
             im2col_product(ctx, &geometry, &padded, &weight, acc)?
         };
-        // [cout, n, o…] read as [n, cout, o…].
-        let mut read = dims([1, 0]);
-        read.extend(dims(2..nd + 2));
-        if batch == 1 {
-            (
-                ctx.reshape(&product, &expected)?,
-                emit::identity_map(nd + 2),
-            )
-        } else {
-            (product, affine_map(nd + 2, &read))
-        }
+        as_output(ctx, product, &expected)?
     } else {
         let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
         (ctx.reshape(&sum, &expected)?, emit::identity_map(nd + 2))
     };
 
-    // Epilogue: + bias, rounded to the output dtype.
-    let rank = nd + 2;
+    epilogue(ctx, &out, (sum, read_sum), bias.as_ref(), acc)
+}
+
+/// A convolution's product `[cout, n, o…]` and the map that reads it as the output `[n, cout,
+/// o…]` (`expected`): a reshape for one image.
+fn as_output<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    product: Tensor<'c, 'a>,
+    expected: &[i64],
+) -> Result<(Tensor<'c, 'a>, String)> {
+    let rank = expected.len();
+    if expected[0] == 1 {
+        return Ok((ctx.reshape(&product, expected)?, emit::identity_map(rank)));
+    }
+    let mut read = dims([1, 0]);
+    read.extend(dims(2..rank));
+    Ok((product, affine_map(rank, &read)))
+}
+
+/// A convolution, not transposed, with symbolic sizes (images whose sizes Dynamo made
+/// symbolic, with or without a symbolic batch; in traces of every size, channels and kernels
+/// too): the input in a zero canvas padded by `padding`, then the patches' product (`product`)
+/// or the direct correlation, as for fixed sizes but without the schedules that need them
+/// (cropped taps, shifted products, columns padded to whole vectors). Returns the sum and the
+/// map that reads it as the output (see [`epilogue`]).
+fn symbolic_correlation<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    (x, w, out): (&Tensor<'c, 'a>, &Tensor<'c, 'a>, &TensorMeta),
+    (stride, padding, dilation): (&[i64], &[i64], &[i64]),
+    groups: i64,
+    acc: DType,
+    product: bool,
+) -> Result<(Tensor<'c, 'a>, String)> {
+    let nd = w.rank() - 2;
+    let (batch, channels) = (x.shape[0], x.shape[1]);
+    let (out_channels, in_per_group) = (w.shape[0], w.shape[1]);
+    let kernel = &w.shape[2..];
+    if !sizes::may_be_equal(sizes::product(&[in_per_group, groups])?, channels) {
+        return fail(format!(
+            "input of shape {} and weight of shape {} do not fit {groups} groups",
+            sizes::shown(&x.shape),
+            sizes::shown(&w.shape)
+        ));
+    }
+    let mut canvas = vec![batch, channels];
+    let mut expected = vec![batch, out_channels];
+    for i in 0..nd {
+        let padded = sizes::sum(x.shape[2 + i], 2 * padding[i])?;
+        let reach = sizes::product(&[dilation[i], sizes::sum(kernel[i], -1)?])?;
+        let span = sizes::difference(sizes::sum(padded, -1)?, reach)?;
+        canvas.push(padded);
+        expected.push(sizes::sum(sizes::floor_div(span, stride[i])?, 1)?);
+    }
+    check_shape(&out.shape, &expected)?;
+    let mut offsets = vec![0, 0];
+    offsets.extend(padding);
+    let padded = place(ctx, x, Scalar::Int(0), &canvas, &offsets, &vec![1; nd + 2])?;
+    let mut shape = vec![groups, per_group(out_channels, groups)?, in_per_group];
+    shape.extend(kernel);
+    let weight = ctx.reshape(w, &shape)?;
+    let geometry = Geometry {
+        batch,
+        groups,
+        in_per_group,
+        out_channels,
+        kernel,
+        out_spatial: &out.shape[2..],
+        stride,
+        dilation,
+    };
+    if product {
+        let product = im2col_product(ctx, &geometry, &padded, &weight, acc)?;
+        return as_output(ctx, product, &out.shape);
+    }
+    let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
+    Ok((ctx.reshape(&sum, &out.shape)?, emit::identity_map(nd + 2)))
+}
+
+/// A size per group of `groups`: `size / groups` (symbolic sizes included).
+fn per_group(size: i64, groups: i64) -> Result<i64> {
+    match groups {
+        1 => Ok(size),
+        _ => sizes::floor_div(size, groups),
+    }
+}
+
+/// A convolution's sum (`acc`, read through `read_sum` as `[n, cout, o…]`) plus the bias
+/// (one per output channel), rounded to the output dtype.
+fn epilogue<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    out: &TensorMeta,
+    (sum, read_sum): (Tensor<'c, 'a>, String),
+    bias: Option<&Tensor<'c, 'a>>,
+    acc: DType,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let rank = out.shape.len();
+    let out_channels = out.shape[1];
+    if let Some(b) = bias
+        && !sizes::may_be_equal(sizes::product(&b.shape)?, out_channels)
+    {
+        return fail(format!(
+            "bias of shape {} does not match {} output channels",
+            sizes::shown(&b.shape),
+            sizes::poly_of(out_channels)
+        ));
+    }
     if bias.is_none() && acc == out.dtype && read_sum == emit::identity_map(rank) {
         return Ok(vec![sum.value]);
     }
     let mut inputs = vec![(sum.value, read_sum)];
     let mut bias_dtype = acc;
-    if let Some(b) = &bias {
+    if let Some(b) = bias {
         let flat = ctx.reshape(b, &[out_channels])?;
         bias_dtype = b.dtype;
         inputs.push((flat.value, affine_map(rank, &dims([1]))));
@@ -600,7 +708,11 @@ fn direct_correlation<'c, 'a>(
     let mut grouped_input = vec![geo.batch, geo.groups, geo.in_per_group];
     grouped_input.extend(&padded.shape[2..]);
     let input = ctx.reshape(padded, &grouped_input)?;
-    let mut acc_shape = vec![geo.batch, geo.groups, geo.out_channels / geo.groups];
+    let mut acc_shape = vec![
+        geo.batch,
+        geo.groups,
+        per_group(geo.out_channels, geo.groups)?,
+    ];
     acc_shape.extend(geo.out_spatial);
     let zero = ctx.e.splat(&acc_shape, acc, Scalar::Int(0))?;
     // Loops: n, g, oc, ic, o…, k….
@@ -996,8 +1108,7 @@ fn im2col_product<'c, 'a>(
     weight: &Tensor<'c, 'a>,
     acc: DType,
 ) -> Result<Tensor<'c, 'a>> {
-    let taps: i64 = geo.in_per_group * geo.kernel.iter().product::<i64>();
-    let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
+    let (taps, columns) = patch_sizes(geo)?;
     // Without groups, no group loop: the patches and the product are plain matrices.
     let lead: Vec<i64> = if geo.groups > 1 {
         vec![geo.groups]
@@ -1020,7 +1131,7 @@ fn im2col_product<'c, 'a>(
     } else {
         gathered_patches(ctx, geo, padded, &lead, acc)?
     };
-    let rows = geo.out_channels / geo.groups;
+    let rows = per_group(geo.out_channels, geo.groups)?;
     let matrix = ctx.reshape(weight, &[lead.clone(), vec![rows, taps]].concat())?;
     let matrix = ctx.cast(&matrix, acc)?;
     let product_shape = [lead, vec![rows, patches.shape[g + 1]]].concat();
@@ -1041,6 +1152,13 @@ fn im2col_product<'c, 'a>(
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
     ctx.reshape(&first_entries(ctx, &product, g + 1, columns)?, &shape)
+}
+
+/// The rows (`(c, k…)`, a group's) and columns (`(n, o…)`) of a convolution's patch matrix.
+fn patch_sizes(geo: &Geometry<'_>) -> Result<(i64, i64)> {
+    let taps = sizes::product(&[&[geo.in_per_group][..], geo.kernel].concat())?;
+    let columns = sizes::product(&[&[geo.batch][..], geo.out_spatial].concat())?;
+    Ok((taps, columns))
 }
 
 /// The patch matrix `p[(g), (c, k…), (n, o…)]` of [`im2col_product`], gathered from the
@@ -1074,8 +1192,7 @@ fn gathered_patches<'c, 'a>(
         |i| g + 2 + nd + i,
         |i| g + 1 + i,
     ));
-    let taps: i64 = channels * geo.kernel.iter().product::<i64>();
-    let columns: i64 = geo.batch * geo.out_spatial.iter().product::<i64>();
+    let (taps, columns) = patch_sizes(geo)?;
     let matrix = [lead.to_vec(), vec![taps, columns]].concat();
     computed_padded(
         ctx,

@@ -67,8 +67,9 @@ pub struct Lowering {
     /// carries shapes from the graph's metadata into the IR, never computes with them.
     pub dynamic: bool,
     /// Whether it computes every sample of its batch from that sample alone, and so lowers
-    /// nodes whose only symbolic size is the batch one sample at a time (see `samples`); never
-    /// a row that is `dynamic` or lowered `whole`.
+    /// nodes whose only symbolic size is the batch one sample at a time (see `samples`), at
+    /// fixed sizes and with their schedules, even when it is also `dynamic` (its own lowering
+    /// then takes nodes with other symbolic sizes); never a row lowered `whole`.
     pub per_sample: bool,
 }
 
@@ -82,7 +83,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 49] = [
+const DYNAMIC_OPS: [&str; 50] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -132,6 +133,7 @@ const DYNAMIC_OPS: [&str; 49] = [
     "aten.flip.default",
     "aten.native_group_norm.default",
     "aten.repeat.default",
+    "aten.convolution.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
@@ -226,7 +228,7 @@ impl Registry {
         calls_host: bool,
     ) {
         let dynamic = self.dynamic || DYNAMIC_OPS.contains(&op);
-        let per_sample = samples::PER_SAMPLE_OPS.contains(&op) && !dynamic && whole.is_none();
+        let per_sample = samples::PER_SAMPLE_OPS.contains(&op) && whole.is_none();
         let row = Lowering {
             family: self.family,
             lower,
@@ -903,7 +905,7 @@ fn symbolic_number(arg: &Arg) -> bool {
 /// Whether `node` of a graph with symbolic sizes can be lowered: its row takes symbolic
 /// sizes, and none of its arguments is a symbolic integer (a size used as a value).
 fn check_symbolic(node: &Node, lowering: &Lowering) -> Result<()> {
-    if lowering.per_sample {
+    if lowering.per_sample && !lowering.dynamic {
         return fail(
             "its lowering takes a symbolic batch only: the first size of its first argument and outputs, every other size fixed, no index into the batch (compile the graph for fixed sizes)",
         );

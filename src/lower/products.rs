@@ -115,7 +115,10 @@ pub(super) fn computed_padded<'c, 'a>(
 ) -> Result<Tensor<'c, 'a>> {
     let rank = shape.len();
     let mut padded = shape.to_vec();
-    padded[dim] += (-shape[dim]).rem_euclid(multiple);
+    // A symbolic size is not padded (its kernel's schedule peels the last tiles instead).
+    if !dims::is_symbolic(shape[dim]) {
+        padded[dim] += (-shape[dim]).rem_euclid(multiple);
+    }
     if padded == shape {
         return ctx.reshape(&compute()?, shape);
     }

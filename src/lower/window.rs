@@ -6,7 +6,7 @@
 
 use super::{Emit, LowerCtx, Scalar, Tensor, emit, fail};
 use crate::error::Result;
-use crate::graph::DType;
+use crate::graph::{DType, dims as graph_dims};
 use melior::ir::{Value, ValueLike};
 
 /// A per-dimension parameter list: `n` values, or one value for every dimension.
@@ -87,7 +87,8 @@ pub(super) fn int_table<'c, 'a>(
 
 /// A canvas of `shape` filled with `fill`, holding `x` element `i` (per dimension) at
 /// `offsets[d] + i * strides[d]`; elements landing outside the canvas are dropped, so negative
-/// offsets crop. Strides are positive.
+/// offsets crop (not with symbolic sizes: a canvas of symbolic sizes pads). Strides are
+/// positive.
 pub(super) fn place<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
@@ -110,6 +111,23 @@ pub(super) fn place<'c, 'a>(
     };
     if shape == x.shape.as_slice() && offsets.iter().all(|&o| o == 0) {
         return Ok(x.clone());
+    }
+    if shape
+        .iter()
+        .chain(&x.shape)
+        .any(|&d| graph_dims::is_symbolic(d))
+    {
+        // Symbolic sizes: a padding, whose canvas holds the whole input.
+        if offsets.iter().any(|&o| o < 0) {
+            return fail(
+                "a canvas of symbolic sizes cannot crop its input (a padding beyond the window's reach; compile the graph for fixed sizes)",
+            );
+        }
+        let canvas = ctx.e.filled_before(shape, x.dtype, fill, x.value)?;
+        let value = ctx
+            .e
+            .insert_strided_slice(x.value, canvas, offsets, &x.shape, strides)?;
+        return Ok(result(value));
     }
     // Per dimension: the first source element that lands inside, and how many do.
     let mut first = Vec::with_capacity(rank);
@@ -158,11 +176,19 @@ pub(super) fn place<'c, 'a>(
     Ok(result(value))
 }
 
-/// The recorded output shape must be `expected`.
+/// The recorded output shape must be `expected` (symbolic sizes: may be, where the graph's
+/// guards hold; see [`graph_dims::may_be_equal`]).
 pub(super) fn check_shape(recorded: &[i64], expected: &[i64]) -> Result<()> {
-    if recorded != expected {
+    let fits = recorded.len() == expected.len()
+        && recorded
+            .iter()
+            .zip(expected)
+            .all(|(&a, &b)| graph_dims::may_be_equal(a, b));
+    if !fits {
         return fail(format!(
-            "computed output shape {expected:?} does not match the recorded {recorded:?}"
+            "computed output shape {} does not match the recorded {}",
+            graph_dims::shown(expected),
+            graph_dims::shown(recorded)
         ));
     }
     Ok(())
