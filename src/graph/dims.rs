@@ -541,6 +541,11 @@ pub fn floor_div(size: i64, divisor: i64) -> Result<i64> {
     Ok(size_of(poly_of(size).floor_div(divisor)?))
 }
 
+/// The larger of two sizes (markers included), as a size.
+pub fn larger(a: i64, b: i64) -> i64 {
+    size_of(Poly::extreme(true, vec![poly_of(a), poly_of(b)]))
+}
+
 /// Whether a tensor of `sizes` holds no element for any value of its symbols (a fixed size
 /// of 0).
 pub fn is_empty(sizes: &[i64]) -> Result<bool> {

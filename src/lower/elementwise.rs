@@ -923,6 +923,11 @@ fn lower_clamp<'c, 'a>(
             (Bounds::Hardtanh, None | Some(Arg::None)) => {
                 Some(Operand::Scalar(saturate(Scalar::Float(default), dtype)))
             }
+            // A size (an index clamped to the last of a symbolic dimension), computed when
+            // the kernel runs.
+            (Bounds::Scalar, Some(Arg::Int(size))) if dims::is_symbolic(*size) => {
+                Some(ctx.operand(node, index)?)
+            }
             (Bounds::Scalar | Bounds::Hardtanh, Some(_)) => {
                 Some(Operand::Scalar(saturate(ctx.scalar(node, index)?, dtype)))
             }

@@ -83,7 +83,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 50] = [
+const DYNAMIC_OPS: [&str; 59] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -134,6 +134,15 @@ const DYNAMIC_OPS: [&str; 50] = [
     "aten.native_group_norm.default",
     "aten.repeat.default",
     "aten.convolution.default",
+    "aten.max_pool2d_with_indices.default",
+    "aten.max_pool3d_with_indices.default",
+    "aten.avg_pool1d.default",
+    "aten.avg_pool2d.default",
+    "aten.avg_pool3d.default",
+    "aten.adaptive_avg_pool1d.default",
+    "aten._adaptive_avg_pool2d.default",
+    "aten._adaptive_avg_pool3d.default",
+    "aten.index.Tensor",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's

@@ -10,10 +10,13 @@
 //! propagates NaN (a later NaN wins), average pooling divides once by the window's divisor,
 //! adaptive pooling divides by each dimension's window length in turn.
 
-use super::window::{check_shape, dims, extent, int_table, per_dim, place, taps};
-use super::{Iter, LowerCtx, Registry, Scalar, fail};
+use super::elements::{index_to_i64, linalg_index};
+use super::window::{
+    Ints, check_shape, computed_table, dims, extent, int_table, per_dim, place, taps,
+};
+use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, fail};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
 use melior::ir::Value;
 
@@ -74,6 +77,57 @@ impl Window {
     fn extent(&self, i: usize, output: i64) -> i64 {
         extent(output, self.kernel[i], self.stride[i], self.dilation[i])
     }
+
+    /// The output sizes of pooling `input` (whose pooled sizes are `spatial`) where the graph
+    /// records `recorded`. Fixed sizes are computed (and must be positive); symbolic ones are
+    /// the recorded ones, checked against `pooling_output_shape` as a polynomial (not in ceil
+    /// mode, whose test of the last window no polynomial writes: there the graph's tracing
+    /// computed them).
+    fn output_sizes(&self, input: &[i64], spatial: &[i64], recorded: &[i64]) -> Result<Vec<i64>> {
+        let nd = spatial.len();
+        if !spatial
+            .iter()
+            .chain(recorded)
+            .any(|&d| sizes::is_symbolic(d))
+        {
+            let out: Vec<i64> = (0..nd).map(|i| self.output_size(i, spatial[i])).collect();
+            if out.iter().any(|&o| o <= 0) {
+                return fail(format!(
+                    "output size {out:?} is too small for input shape {input:?}"
+                ));
+            }
+            return Ok(out);
+        }
+        if !self.ceil_mode {
+            let mut out = Vec::with_capacity(nd);
+            for i in 0..nd {
+                let reach = self.dilation[i] * (self.kernel[i] - 1);
+                let span = sizes::sum(spatial[i], 2 * self.padding[i] - reach - 1)?;
+                out.push(sizes::sum(sizes::floor_div(span, self.stride[i])?, 1)?);
+            }
+            check_shape(recorded, &out)?;
+        }
+        Ok(recorded.to_vec())
+    }
+
+    /// The padded canvas the windows read, `shape[..lead]` then per pooled dimension the
+    /// extent the windows read; with symbolic sizes, at least the whole padded input (a
+    /// canvas of symbolic sizes holds its input whole).
+    fn canvas(&self, shape: &[i64], lead: usize, out_spatial: &[i64]) -> Result<Vec<i64>> {
+        let mut canvas = shape[..lead].to_vec();
+        for (i, &o) in out_spatial.iter().enumerate() {
+            let input = shape[lead + i];
+            if !sizes::is_symbolic(o) && !sizes::is_symbolic(input) {
+                canvas.push(self.extent(i, o));
+                continue;
+            }
+            let last = sizes::product(&[sizes::sum(o, -1)?, self.stride[i]])?;
+            let extent = sizes::sum(last, self.dilation[i] * (self.kernel[i] - 1) + 1)?;
+            let padded = sizes::sum(input, 2 * self.padding[i])?;
+            canvas.push(sizes::larger(extent, padded));
+        }
+        Ok(canvas)
+    }
 }
 
 /// Reads and checks the window arguments at `at` (kernel, stride, padding, then dilation when
@@ -131,6 +185,11 @@ fn leading(shape: &[i64], nd: usize) -> Result<usize> {
     Ok(rank - nd)
 }
 
+/// Whether every size of `s` is fixed.
+fn fixed(s: &[i64]) -> bool {
+    !s.iter().any(|&d| sizes::is_symbolic(d))
+}
+
 fn lowest(dtype: DType) -> Scalar {
     match dtype {
         d if d.is_float() => Scalar::Float(f64::NEG_INFINITY),
@@ -151,16 +210,11 @@ fn lower_max_pool<'c, 'a>(
     let lead = leading(&x.shape, nd)?;
     let win = window(ctx, node, nd, true)?;
     let spatial = x.shape[lead..].to_vec();
-    let out_spatial: Vec<i64> = (0..nd).map(|i| win.output_size(i, spatial[i])).collect();
-    if out_spatial.iter().any(|&o| o <= 0) {
-        return fail(format!(
-            "output size {out_spatial:?} is too small for input shape {:?}",
-            x.shape
-        ));
-    }
+    let (values, indices) = (ctx.out(0)?.clone(), ctx.out(1)?.clone());
+    let recorded = values.shape.get(lead..).unwrap_or_default();
+    let out_spatial = win.output_sizes(&x.shape, &spatial, recorded)?;
     let mut shape = x.shape[..lead].to_vec();
     shape.extend(&out_spatial);
-    let (values, indices) = (ctx.out(0)?.clone(), ctx.out(1)?.clone());
     check_shape(&values.shape, &shape)?;
     check_shape(&indices.shape, &shape)?;
     if values.dtype != x.dtype || indices.dtype != DType::Int64 {
@@ -175,8 +229,7 @@ fn lower_max_pool<'c, 'a>(
             ctx.e.empty(&shape, DType::Int64)?,
         ]);
     }
-    let mut canvas = x.shape[..lead].to_vec();
-    canvas.extend((0..nd).map(|i| win.extent(i, out_spatial[i])));
+    let canvas = win.canvas(&x.shape, lead, &out_spatial)?;
     let mut offsets = vec![0; lead];
     offsets.extend(&win.padding);
     let padded = place(
@@ -221,14 +274,28 @@ fn lower_max_pool<'c, 'a>(
         return Ok(vec![values, ctx.e.empty(&shape, DType::Int64)?]);
     }
     for i in 0..nd {
-        let mut positions = Vec::new();
-        for out_pos in 0..out_spatial[i] {
-            for tap in 0..win.kernel[i] {
-                let p = out_pos * win.stride[i] - win.padding[i] + tap * win.dilation[i];
-                positions.push(if (0..spatial[i]).contains(&p) { p } else { -1 });
+        let (stride, padding, dilation) = (win.stride[i], win.padding[i], win.dilation[i]);
+        let table_shape = [out_spatial[i], win.kernel[i]];
+        let t = if fixed(&[spatial[i], out_spatial[i]]) {
+            let mut positions = Vec::new();
+            for out_pos in 0..out_spatial[i] {
+                for tap in 0..win.kernel[i] {
+                    let p = out_pos * stride - padding + tap * dilation;
+                    positions.push(if (0..spatial[i]).contains(&p) { p } else { -1 });
+                }
             }
-        }
-        let t = int_table(&ctx.e, &positions, &[out_spatial[i], win.kernel[i]])?;
+            int_table(&ctx.e, &positions, &table_shape)?
+        } else {
+            let size = spatial[i];
+            computed_table(&ctx.e, &table_shape, |n, at| {
+                let first = n.affine(at[0], stride, -padding)?;
+                let p = n.op("addi", first, n.op("muli", at[1], n.constant(dilation)?)?)?;
+                let above = n.compare("ge", p, n.constant(0)?)?;
+                let below = n.compare("lt", p, n.size(size)?)?;
+                let inside = n.op("andi", above, below)?;
+                n.select(inside, p, n.constant(-1)?)
+            })?
+        };
         inputs.push((t, affine_map(rank, &dims([o(i), k(i)]))));
     }
     let none = ctx.e.splat(&shape, DType::Int64, Scalar::Int(-1))?;
@@ -244,7 +311,7 @@ fn lower_max_pool<'c, 'a>(
             for i in 1..nd {
                 let ok = b.compare("ge", v[1 + i], zero, DType::Int64)?;
                 valid = b.same("arith.andi", &[valid, ok])?;
-                let size = b.constant(Scalar::Int(spatial[i]), DType::Int64)?;
+                let size = Ints(b).size(spatial[i])?;
                 flat = b.same("arith.muli", &[flat, size])?;
                 flat = b.same("arith.addi", &[flat, v[1 + i]])?;
             }
@@ -267,27 +334,50 @@ fn lower_max_pool<'c, 'a>(
     // dimension). PyTorch then returns the lowest value and the flat index of the window's
     // clipped start (`start = o s - p`, raised by the dilation until non-negative), even
     // where that lies outside the input.
-    let starts: Vec<Vec<i64>> = (0..nd)
+    // Symbolic sizes: the windows of a dimension without dilation never miss the input
+    // (padding is at most half the kernel); with it, they may.
+    let starts: Vec<Option<Vec<i64>>> = (0..nd)
         .map(|i| {
-            (0..out_spatial[i])
-                .map(|o| {
-                    let mut start = o * win.stride[i] - win.padding[i];
-                    while start < 0 {
-                        start += win.dilation[i];
-                    }
-                    start
-                })
-                .collect()
+            fixed(&[spatial[i], out_spatial[i]]).then(|| {
+                (0..out_spatial[i])
+                    .map(|o| {
+                        let mut start = o * win.stride[i] - win.padding[i];
+                        while start < 0 {
+                            start += win.dilation[i];
+                        }
+                        start
+                    })
+                    .collect()
+            })
         })
         .collect();
-    let missing = (0..nd).any(|i| starts[i].iter().any(|&start| start >= spatial[i]));
+    let missing = (0..nd).any(|i| match &starts[i] {
+        Some(starts) => starts.iter().any(|&start| start >= spatial[i]),
+        None => win.dilation[i] > 1,
+    });
     if !missing {
         return Ok(results);
     }
     let rank = lead + nd;
     let mut inputs = vec![(results[1], super::emit::identity_map(rank))];
     for (i, start) in starts.iter().enumerate() {
-        let t = int_table(&ctx.e, start, &[out_spatial[i]])?;
+        let (stride, padding, dilation) = (win.stride[i], win.padding[i], win.dilation[i]);
+        let t = match start {
+            Some(start) => int_table(&ctx.e, start, &[out_spatial[i]])?,
+            // o s - p, raised by whole dilations until it is not negative.
+            None => computed_table(&ctx.e, &[out_spatial[i]], |n, at| {
+                let start = n.affine(at[0], stride, -padding)?;
+                let short = n.op("subi", n.constant(0)?, start)?;
+                let steps = n.op(
+                    "divsi",
+                    n.affine(short, 1, dilation - 1)?,
+                    n.constant(dilation)?,
+                )?;
+                let raised = n.op("addi", start, n.op("muli", steps, n.constant(dilation)?)?)?;
+                let negative = n.compare("lt", start, n.constant(0)?)?;
+                n.select(negative, raised, start)
+            })?,
+        };
         inputs.push((t, affine_map(rank, &dims([lead + i]))));
     }
     let init = ctx.e.empty(&shape, DType::Int64)?;
@@ -298,7 +388,7 @@ fn lower_max_pool<'c, 'a>(
         |b, v| {
             let mut flat = v[1];
             for i in 1..nd {
-                let size = b.constant(Scalar::Int(spatial[i]), DType::Int64)?;
+                let size = Ints(b).size(spatial[i])?;
                 flat = b.same("arith.muli", &[flat, size])?;
                 flat = b.same("arith.addi", &[flat, v[1 + i]])?;
             }
@@ -325,13 +415,8 @@ fn lower_avg_pool<'c, 'a>(
     }
     let out = ctx.out(0)?.clone();
     let spatial = x.shape[lead..].to_vec();
-    let out_spatial: Vec<i64> = (0..nd).map(|i| win.output_size(i, spatial[i])).collect();
-    if out_spatial.iter().any(|&o| o <= 0) {
-        return fail(format!(
-            "output size {out_spatial:?} is too small for input shape {:?}",
-            x.shape
-        ));
-    }
+    let recorded = out.shape.get(lead..).unwrap_or_default();
+    let out_spatial = win.output_sizes(&x.shape, &spatial, recorded)?;
     let mut shape = x.shape[..lead].to_vec();
     shape.extend(&out_spatial);
     check_shape(&out.shape, &shape)?;
@@ -346,8 +431,7 @@ fn lower_avg_pool<'c, 'a>(
     } else {
         DType::Int64
     };
-    let mut canvas = x.shape[..lead].to_vec();
-    canvas.extend((0..nd).map(|i| win.extent(i, out_spatial[i])));
+    let canvas = win.canvas(&x.shape, lead, &out_spatial)?;
     let mut offsets = vec![0; lead];
     offsets.extend(&win.padding);
     let padded = place(
@@ -390,6 +474,26 @@ fn lower_avg_pool<'c, 'a>(
     let rank = lead + nd;
     let mut inputs = vec![(sum, super::emit::identity_map(rank))];
     for i in 0..nd {
+        let (kernel, stride, padding) = (win.kernel[i], win.stride[i], win.padding[i]);
+        if !fixed(&[spatial[i], out_spatial[i]]) {
+            let size = spatial[i];
+            let t = computed_table(&ctx.e, &[out_spatial[i]], |n, at| {
+                let start = n.affine(at[0], stride, -padding)?;
+                let beyond = n.op("addi", n.size(size)?, n.constant(padding)?)?;
+                let end = n.op("minsi", n.op("addi", start, n.constant(kernel)?)?, beyond)?;
+                let inside = n.op("maxsi", start, n.constant(0)?)?;
+                let len = n.op("subi", n.op("minsi", end, n.size(size)?)?, inside)?;
+                let factor = match (divisor_override, include_pad) {
+                    (Some(_), _) => n.constant(1)?,
+                    (None, true) => n.op("subi", end, start)?,
+                    (None, false) => len,
+                };
+                let empty = n.compare("le", len, n.constant(0)?)?;
+                n.select(empty, n.constant(0)?, factor)
+            })?;
+            inputs.push((t, affine_map(rank, &dims([lead + i]))));
+            continue;
+        }
         let factors: Vec<i64> = (0..out_spatial[i])
             .map(|o| {
                 let start = o * win.stride[i] - win.padding[i];
@@ -462,6 +566,9 @@ fn lower_adaptive_avg_pool<'c, 'a>(
         return Ok(vec![ctx.e.empty(&shape, out.dtype)?]);
     }
     let spatial = x.shape[lead..].to_vec();
+    if !fixed(&spatial) {
+        return symbolic_adaptive(ctx, &x, lead, &out_spatial, out.dtype);
+    }
     // start = floor(o·in/out), end = ceil((o+1)·in/out).
     let start = |o: i64, i: usize| o * spatial[i] / out_spatial[i];
     let end = |o: i64, i: usize| ((o + 1) * spatial[i] + out_spatial[i] - 1) / out_spatial[i];
@@ -549,4 +656,101 @@ fn lower_adaptive_avg_pool<'c, 'a>(
         },
     )?;
     Ok(result)
+}
+
+/// Adaptive average pooling of symbolic input sizes to `out_spatial`: no affine map reads a
+/// window whose start depends on a symbolic size, so each output sums every input position of
+/// its pooled dimensions, masked to its window `[floor(o in / out), ceil((o + 1) in / out))`
+/// computed in the body, then divides by each window's length in turn, as for fixed sizes.
+/// It reads each input element once per output along a dimension: pooling to one output (a
+/// global average) costs what the fixed-size kernel does.
+fn symbolic_adaptive<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    lead: usize,
+    out_spatial: &[i64],
+    out_dtype: DType,
+) -> Result<Vec<Value<'c, 'a>>> {
+    let nd = out_spatial.len();
+    let spatial = x.shape[lead..].to_vec();
+    let acc = x.dtype.compute();
+    let mut shape = x.shape[..lead].to_vec();
+    shape.extend(out_spatial);
+    let sizes = |i: usize| (spatial[i], out_spatial[i]);
+
+    // Loops: lead…, o…, i… (the input positions, reductions).
+    let rank = lead + 2 * nd;
+    let mut read = dims(0..lead);
+    read.extend(dims(lead + nd..rank));
+    let write = affine_map(rank, &dims(0..lead + nd));
+    let zero = ctx.e.splat(&shape, acc, Scalar::Float(0.0))?;
+    let mut iters = vec![Iter::Parallel; lead + nd];
+    iters.extend(vec![Iter::Reduction; nd]);
+    let from = x.dtype;
+    let sum = ctx.e.generic(
+        &[(x.value, affine_map(rank, &read))],
+        &[(zero, write)],
+        &iters,
+        |b, v| {
+            let n = Ints(b);
+            let mut inside = None;
+            for i in 0..nd {
+                let (o, h) = (position(b, lead + i)?, position(b, lead + nd + i)?);
+                let (start, end) = adaptive_window(&n, sizes(i), o)?;
+                let after = n.compare("ge", h, start)?;
+                let before = n.compare("lt", h, end)?;
+                let here = n.op("andi", after, before)?;
+                inside = Some(match inside {
+                    Some(all) => n.op("andi", all, here)?,
+                    None => here,
+                });
+            }
+            let xv = b.convert(v[0], from, acc)?;
+            let added = b.same("arith.addf", &[v[1], xv])?;
+            match inside {
+                Some(inside) => Ok(vec![b.select(inside, added, v[1])?]),
+                None => Ok(vec![added]),
+            }
+        },
+    )?[0];
+    let rank = lead + nd;
+    let init = ctx.e.empty(&shape, out_dtype)?;
+    ctx.e.generic(
+        &[(sum, super::emit::identity_map(rank))],
+        &[(init, super::emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, v| {
+            let n = Ints(b);
+            let mut r = v[0];
+            for i in 0..nd {
+                let (start, end) = adaptive_window(&n, sizes(i), position(b, lead + i)?)?;
+                let len = b.convert(n.op("subi", end, start)?, DType::Int64, acc)?;
+                r = b.same("arith.divf", &[r, len])?;
+            }
+            Ok(vec![b.convert(r, acc, out_dtype)?])
+        },
+    )
+}
+
+/// The window `[start, end)` of adaptive pooling's output `o` (an int64) along a dimension of
+/// `(input, output)` sizes (the input's symbolic or not).
+fn adaptive_window<'c, 'b>(
+    n: &Ints<'_, 'c, 'b>,
+    (input, output): (i64, i64),
+    o: Value<'c, 'b>,
+) -> Result<(Value<'c, 'b>, Value<'c, 'b>)> {
+    let (input, output) = (n.size(input)?, n.constant(output)?);
+    let start = n.op("divsi", n.op("muli", o, input)?, output)?;
+    let next = n.op("muli", n.affine(o, 1, 1)?, input)?;
+    let end = n.op(
+        "divsi",
+        n.op("addi", next, n.affine(output, 1, -1)?)?,
+        output,
+    )?;
+    Ok((start, end))
+}
+
+/// Loop dimension `d`'s index as an int64, in a generic's body.
+fn position<'c, 'b>(b: &Emit<'c, 'b>, d: usize) -> Result<Value<'c, 'b>> {
+    index_to_i64(b, linalg_index(b, d)?)
 }

@@ -4,7 +4,8 @@
 //! the windows read ([`place`]), constant index tables computed at compile time, and the check
 //! of a computed output shape against the recorded one.
 
-use super::{Emit, LowerCtx, Scalar, Tensor, emit, fail};
+use super::elements::{index_to_i64, linalg_index};
+use super::{Emit, Iter, LowerCtx, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, dims as graph_dims};
 use melior::ir::{Value, ValueLike};
@@ -83,6 +84,79 @@ pub(super) fn int_table<'c, 'a>(
 ) -> Result<Value<'c, 'a>> {
     let values: Vec<f64> = values.iter().map(|&v| v as f64).collect();
     table(e, &values, shape, DType::Int64)
+}
+
+/// int64 arithmetic in a generic's body: what a table computed when the kernel runs
+/// ([`computed_table`]) is made of.
+pub(super) struct Ints<'e, 'c, 'b>(pub &'e Emit<'c, 'b>);
+
+impl<'c, 'b> Ints<'_, 'c, 'b> {
+    pub fn constant(&self, v: i64) -> Result<Value<'c, 'b>> {
+        self.0.constant(Scalar::Int(v), DType::Int64)
+    }
+
+    /// A size: a constant, or a symbolic size's value.
+    pub fn size(&self, d: i64) -> Result<Value<'c, 'b>> {
+        match graph_dims::is_symbolic(d) {
+            true => self.0.size_value(d, DType::Int64),
+            false => self.constant(d),
+        }
+    }
+
+    /// `arith.<name>` of two int64 values (`addi`, `subi`, `muli`, `divsi`, `minsi`, `maxsi`,
+    /// `andi`, `ori`).
+    pub fn op(&self, name: &str, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        self.0.same(&format!("arith.{name}"), &[a, b])
+    }
+
+    /// `a * k + c` for constants `k` and `c`.
+    pub fn affine(&self, a: Value<'c, 'b>, k: i64, c: i64) -> Result<Value<'c, 'b>> {
+        let scaled = self.op("muli", a, self.constant(k)?)?;
+        self.op("addi", scaled, self.constant(c)?)
+    }
+
+    /// A signed comparison (`lt`, `le`, `ge`, `gt`, `eq`, `ne`).
+    pub fn compare(&self, pred: &str, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
+        self.0.compare(pred, a, b, DType::Int64)
+    }
+
+    pub fn select(
+        &self,
+        c: Value<'c, 'b>,
+        a: Value<'c, 'b>,
+        b: Value<'c, 'b>,
+    ) -> Result<Value<'c, 'b>> {
+        self.0.select(c, a, b)
+    }
+}
+
+/// An int64 tensor of `shape` (symbolic sizes included) that the kernel computes when it runs:
+/// each entry is what `entry` computes from the entry's position (int64 values, one per
+/// dimension). A window's tap positions or divisors over symbolic sizes, where fixed sizes
+/// have an [`int_table`].
+pub(super) fn computed_table<'c, 'a, F>(
+    e: &Emit<'c, 'a>,
+    shape: &[i64],
+    entry: F,
+) -> Result<Value<'c, 'a>>
+where
+    F: for<'e, 'b> Fn(&Ints<'e, 'c, 'b>, &[Value<'c, 'b>]) -> Result<Value<'c, 'b>>,
+{
+    let rank = shape.len();
+    let init = e.empty(shape, DType::Int64)?;
+    let identity = emit::identity_map(rank);
+    let values = e.generic(
+        &[],
+        &[(init, identity)],
+        &vec![Iter::Parallel; rank],
+        |b, _| {
+            let at = (0..rank)
+                .map(|d| index_to_i64(b, linalg_index(b, d)?))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(vec![entry(&Ints(b), &at)?])
+        },
+    )?;
+    Ok(values[0])
 }
 
 /// A canvas of `shape` filled with `fill`, holding `x` element `i` (per dimension) at
