@@ -100,9 +100,9 @@ impl Window {
         }
         if !self.ceil_mode {
             let mut out = Vec::with_capacity(nd);
-            for i in 0..nd {
+            for (i, &size) in spatial.iter().enumerate() {
                 let reach = self.dilation[i] * (self.kernel[i] - 1);
-                let span = sizes::sum(spatial[i], 2 * self.padding[i] - reach - 1)?;
+                let span = sizes::sum(size, 2 * self.padding[i] - reach - 1)?;
                 out.push(sizes::sum(sizes::floor_div(span, self.stride[i])?, 1)?);
             }
             check_shape(recorded, &out)?;
