@@ -59,6 +59,17 @@ fn window_params(
     let stride = per_dim(ctx.int_list(node, at)?, nd, "stride")?;
     let padding = per_dim(ctx.int_list(node, at + 1)?, nd, "padding")?;
     let dilation = per_dim(ctx.int_list(node, at + 2)?, nd, "dilation")?;
+    if [&stride, &padding, &dilation]
+        .iter()
+        .any(|list| list.iter().any(|&v| sizes::is_symbolic(v)))
+    {
+        return fail(format!(
+            "stride {}, padding {} and dilation {} must be fixed numbers",
+            sizes::shown(&stride),
+            sizes::shown(&padding),
+            sizes::shown(&dilation)
+        ));
+    }
     if stride.iter().any(|&s| s <= 0) || dilation.iter().any(|&d| d <= 0) {
         return fail(format!(
             "stride {stride:?} and dilation {dilation:?} must be positive"
@@ -93,15 +104,23 @@ fn lower_convolution<'c, 'a>(
     }
     let (stride, mut padding, dilation) = window_params(ctx, node, 3, nd)?;
     let transposed = ctx.bool(node, 6)?;
+    // A transposed convolution's output padding may be a size (a convolution's input
+    // gradient under symbolic sizes: what the stride's floor division dropped).
     let output_padding = per_dim(ctx.int_list(node, 7)?, nd, "output_padding")?;
     let groups = ctx.int(node, 8)?;
-    if output_padding.iter().any(|&p| p < 0) {
+    if output_padding
+        .iter()
+        .any(|&p| !sizes::is_symbolic(p) && p < 0)
+    {
         return fail(format!(
             "output_padding {output_padding:?} must be non-negative"
         ));
     }
-    if groups <= 0 {
-        return fail(format!("groups must be positive, got {groups}"));
+    if sizes::is_symbolic(groups) || groups <= 0 {
+        return fail(format!(
+            "groups must be a fixed positive number, got {}",
+            sizes::poly_of(groups)
+        ));
     }
     if out.dtype.is_bool() {
         return fail("convolution of bool tensors is not supported");
@@ -208,13 +227,14 @@ fn lower_convolution<'c, 'a>(
         }
         let mut out_spatial = Vec::with_capacity(nd);
         for i in 0..nd {
-            if output_padding[i] >= stride[i] && output_padding[i] >= dilation[i] {
+            let extra = output_padding[i];
+            if !sizes::is_symbolic(extra) && extra >= stride[i] && extra >= dilation[i] {
                 return fail(format!(
                     "output_padding {output_padding:?} must be smaller than stride {stride:?} or dilation {dilation:?}"
                 ));
             }
             let spread = sizes::product(&[sizes::sum(spatial[i], -1)?, stride[i]])?;
-            let size = sizes::sum(spread, reach[i] + output_padding[i] + 1 - 2 * padding[i])?;
+            let size = sizes::sum(sizes::sum(spread, extra)?, reach[i] + 1 - 2 * padding[i])?;
             if !sizes::is_symbolic(size) && size <= 0 {
                 return fail(format!(
                     "transposed convolution output size {size} is not positive"
