@@ -340,7 +340,7 @@ def test_floor_division_texts_round_trip_through_the_interchange():
 
 def test_a_size_where_only_a_number_is_supported_compiles_per_size(caplog):
     def fn(x):
-        return torch.clamp(x, max=x.shape[0])
+        return torch.nn.functional.hardtanh(x, 0, x.shape[0])
 
     compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
     with caplog.at_level(logging.INFO, logger="fxmlir"):
@@ -351,28 +351,32 @@ def test_a_size_where_only_a_number_is_supported_compiles_per_size(caplog):
     assert "only a fixed number is supported" in caplog.text
 
 
-def test_a_resize_to_the_input_size_compiles_per_size_in_one_graph():
-    """A segmentation head's shape: a strided convolution, then a bilinear resize back to the
-    input's size. Dynamo passes the resize its scale as a ratio of sizes (a SymFloat from
-    ``operator.truediv``), which each size's kernel takes as a number: one graph, one kernel
-    per size (convolutions take no symbolic sizes), every call as eager computes it."""
+def test_a_resize_to_the_input_size_compiles_once():
+    """A segmentation head's shape: a strided convolution, then bilinear resizes back to the
+    input's size (Dynamo traces them as gathers at positions computed from the sizes, clamped
+    to the last row and column) and a nearest one to twice its size. The first size compiles
+    for its sizes alone; the second makes them symbolic: one kernel for every later size,
+    each call as eager computes it."""
     conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
 
     def fn(x):
         y = torch.relu(conv(x))
-        return torch.nn.functional.interpolate(
+        smooth = torch.nn.functional.interpolate(
             y, size=x.shape[-2:], mode="bilinear", align_corners=False
         )
+        corners = torch.nn.functional.interpolate(
+            y, size=x.shape[-2:], mode="bilinear", align_corners=True
+        )
+        return smooth + corners, torch.nn.functional.interpolate(y, scale_factor=2)
 
     compiled = torch.compile(fn, backend="fxmlir")
     start = latest()
-    with torch.no_grad(), fxmlir.config.patch(fallback="error", background=False):
-        for size in [(16, 16), (24, 20), (20, 28), (24, 20)]:
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    with torch.no_grad(), fxmlir.config.patch(**settings):
+        for size in [(16, 16), (24, 20), (20, 28), (37, 9), (24, 20)]:
             x = torch.randn(1, 3, *size)
             torch.testing.assert_close(compiled(x), fn(x))
-    names = [r.name for r in _kernels(start)]
-    # The first size's static graph, then the dynamic graph's kernel for each later size.
-    assert len(names) == 3 and len({n.rsplit("_s", 1)[0] for n in names[1:]}) == 1, names
+    assert [bool(r.symbols) for r in _kernels(start)] == [False, True]
 
 
 class _ConvNet(torch.nn.Module):
@@ -441,33 +445,76 @@ def test_channels_last_images_pooled_to_one_pixel_compile_once():
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
-def test_a_gather_across_the_batch_is_not_lowered_per_sample():
-    """``x[idx]`` reads other samples: the graph compiles per size, each call as eager."""
+def test_a_gather_across_the_batch_compiles_once_and_checks_its_indices():
+    """``x[idx]`` reads other samples, so it is not lowered per sample: ``index`` takes the
+    symbolic batch itself, one kernel for every batch, and an index beyond the batch raises
+    as eager does."""
 
     def fn(x, idx):
         return torch.relu(x)[idx] * 2
 
     compiled = torch.compile(fn, backend="fxmlir")
     idx = torch.tensor([1, 0, 1])
-    with fxmlir.config.patch(background=False):
+    start = latest()
+    with fxmlir.config.patch(background=False, fallback="error", specializations=0):
         for n in [2, 3, 5]:
             x = torch.randn(n, 4, 6)
             torch._dynamo.mark_dynamic(x, 0)
             torch.testing.assert_close(compiled(x, idx), fn(x, idx))
+        assert [bool(r.symbols) for r in _kernels(start)] == [True]
+        x = torch.randn(2, 4, 6)
+        torch._dynamo.mark_dynamic(x, 0)
+        with pytest.raises(IndexError, match="index out of range in node `index`"):
+            compiled(x, torch.tensor([1, 3, 0]))
 
 
-def test_a_conv_net_with_symbolic_image_sizes_compiles_per_size(caplog):
-    """``dynamic=True`` makes the image sizes symbolic too (a pooled size is ``s1//2``): the
-    per-sample rows take a symbolic batch only, so the graph compiles per size, says so, and
-    every call is as eager computes it (lit lower/samples.json checks the row's refusal)."""
+@pytest.mark.parametrize("batch", [2, None], ids=["batch_2", "batch_symbolic"])
+def test_a_conv_net_with_symbolic_image_sizes_compiles_once(batch):
+    """``dynamic=True`` makes the image sizes symbolic too (a pooled size is ``s1//2``, a
+    strided one ``(s1 - 1)//2 + 1``): convolutions (an im2col product over a canvas of
+    symbolic sizes; grouped and transposed ones too), pooling, padding, resizes and adaptive
+    pooling take them, so one kernel serves images of any size (and any batch), each call as
+    eager computes it."""
     torch.manual_seed(0)
     model = _ConvNet().eval()
-    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
-    with torch.no_grad(), caplog.at_level(logging.INFO, logger="fxmlir"):
-        for size in [20, 24]:
-            x = torch.randn(2, 3, size, size)
-            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
-    assert "compiles per size" in caplog.text
+    up = torch.nn.ConvTranspose2d(3, 3, 4, stride=2, padding=1)
+
+    def fn(x):
+        return model(x), up(x)
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    with torch.no_grad(), fxmlir.config.patch(**settings):
+        for k, (h, w) in enumerate([(20, 24), (31, 17), (64, 40), (23, 23), (20, 24)]):
+            x = torch.randn(batch or 2 + k, 3, h, w)
+            torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_max_pooling_indices_and_dilated_windows_over_symbolic_sizes():
+    """Max pooling's indices are flat positions in the input, computed with its symbolic
+    width; dilated windows near the edge can miss the input, where eager returns the lowest
+    value and the window's clipped start. Ceil mode takes the output sizes the graph records."""
+
+    def fn(x):
+        values, indices = torch.nn.functional.max_pool2d(
+            x, 3, stride=2, padding=1, dilation=2, ceil_mode=True, return_indices=True
+        )
+        average = torch.nn.functional.avg_pool2d(
+            x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False
+        )
+        return values, indices, average, torch.nn.functional.adaptive_avg_pool2d(x, (3, 2))
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False, specializations=0):
+        # Outputs of one row or column would be specialised by Dynamo (a guard), so none is.
+        for h, w in [(5, 7), (9, 6), (16, 13), (11, 8)]:
+            x = torch.randn(2, 3, h, w)
+            for got, expected in zip(compiled(x), fn(x), strict=True):
+                torch.testing.assert_close(got, expected)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 
 def test_training_step_with_a_dynamic_batch():
@@ -527,9 +574,9 @@ def test_a_transformer_training_step_over_sequence_lengths_compiles_once():
 def test_a_conv_net_training_step_with_a_dynamic_batch():
     """A training step of a small conv net with a batch norm over a batch marked dynamic: the
     forward graph is one kernel for every batch (the batch statistics average a count
-    computed when the kernel runs); the loss, the gradients and the running statistics match
-    eager's at every batch. (The backward graph still compiles per size: its weight
-    gradients are convolutions that sum over the batch, which no sample computes alone.)"""
+    computed when the kernel runs), and so is the backward graph (its weight gradients are
+    convolutions summing over the batch: the batch is their input channels); the loss, the
+    gradients and the running statistics match eager's at every batch."""
     torch.manual_seed(0)
 
     def net():
@@ -562,11 +609,46 @@ def test_a_conv_net_training_step_with_a_dynamic_batch():
                 torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
             for a, b in zip(model.buffers(), reference.buffers(), strict=True):
                 torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    # The forward graph compiles first: one kernel for every batch, none for one size.
-    records = _kernels(start)
-    forward = records[0].name
-    assert records[0].symbols, records
-    assert not any(r.name.startswith(f"{forward}_s") for r in records), records
+    # The forward and the backward graph: a kernel each for every batch, none for one size.
+    assert [bool(r.symbols) for r in _kernels(start)] == [True, True]
+
+
+def test_a_conv_net_training_step_over_image_sizes_compiles_once():
+    """``dynamic=True`` on a training step: the input gradient of a strided convolution is a
+    transposed one whose output padding is a size (what the stride's floor division
+    dropped), and the weight gradients are convolutions whose kernels are the symbolic
+    gradient's sizes. Forward and backward are a kernel each for every batch and image size;
+    the gradients match eager's."""
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(16, 4),
+        )
+
+    model, reference = net(), net()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False, specializations=0):
+        # The weight gradient of the strided convolution is narrowed to its 3 x 3 kernel by a
+        # size that depends on the parity of the pooled size, which Dynamo guards: sizes whose
+        # halves keep their parity (even rows, odd columns) share the kernels.
+        for n, h, w in [(2, 16, 18), (5, 17, 14), (3, 24, 30)]:
+            x, y = torch.randn(n, 3, h, w), torch.randint(0, 4, (n,))
+            for call in (compiled, reference):
+                call.zero_grad()
+                torch.nn.functional.cross_entropy(call(x), y).backward()
+            for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True, True]
 
 
 def test_a_hot_size_gets_a_kernel_of_its_own_within_the_bound():

@@ -83,7 +83,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 59] = [
+const DYNAMIC_OPS: [&str; 60] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -143,6 +143,7 @@ const DYNAMIC_OPS: [&str; 59] = [
     "aten._adaptive_avg_pool2d.default",
     "aten._adaptive_avg_pool3d.default",
     "aten.index.Tensor",
+    "aten.constant_pad_nd.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's

@@ -10,7 +10,7 @@ use super::loops::reuse;
 use super::window::{check_shape, dims, int_table, place, table};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, emit, fail};
 use crate::error::Result;
-use crate::graph::{Arg, DType, Node};
+use crate::graph::{Arg, DType, Node, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
 use melior::ir::Value;
 
@@ -74,11 +74,11 @@ fn lower_constant_pad<'c, 'a>(
     let mut offsets = vec![0; rank];
     for (k, pair) in pad.chunks(2).enumerate() {
         let d = rank - 1 - k;
-        shape[d] = x.shape[d] + pair[0] + pair[1];
-        if shape[d] < 0 {
+        shape[d] = sizes::sum(x.shape[d], pair[0] + pair[1])?;
+        if !sizes::is_symbolic(shape[d]) && shape[d] < 0 {
             return fail(format!(
-                "padding {pad:?} gives a negative size for dimension {d} of shape {:?}",
-                x.shape
+                "padding {pad:?} gives a negative size for dimension {d} of shape {}",
+                sizes::shown(&x.shape)
             ));
         }
         offsets[d] = pair[0];
@@ -87,6 +87,29 @@ fn lower_constant_pad<'c, 'a>(
     if out.dtype != x.dtype {
         return fail("constant padding keeps the input dtype");
     }
+    let symbolic = x.shape.iter().chain(&shape).any(|&d| sizes::is_symbolic(d));
+    let x = if symbolic && offsets.iter().chain(&pad).any(|&p| p < 0) {
+        // A canvas of symbolic sizes holds its input whole: the negative amounts crop first.
+        let mut first = vec![0; rank];
+        let mut kept = x.shape.clone();
+        for (k, pair) in pad.chunks(2).enumerate() {
+            let d = rank - 1 - k;
+            first[d] = (-pair[0]).max(0);
+            kept[d] = sizes::sum(x.shape[d], pair[0].min(0) + pair[1].min(0))?;
+            offsets[d] = pair[0].max(0);
+        }
+        let ones = vec![1; rank];
+        let value = ctx
+            .e
+            .extract_slice(x.value, &first, &kept, &ones, &kept, x.dtype)?;
+        Tensor {
+            value,
+            shape: kept,
+            dtype: x.dtype,
+        }
+    } else {
+        x
+    };
     let placed = place(ctx, &x, value, &shape, &offsets, &vec![1; rank])?;
     Ok(vec![placed.value])
 }
