@@ -383,14 +383,17 @@ fn symbolic_correlation<'c, 'a>(
         ));
     }
     let mut canvas = vec![batch, channels];
-    let mut expected = vec![batch, out_channels];
     for i in 0..nd {
-        let padded = sizes::sum(x.shape[2 + i], 2 * padding[i])?;
-        let reach = sizes::product(&[dilation[i], sizes::sum(kernel[i], -1)?])?;
-        let span = sizes::difference(sizes::sum(padded, -1)?, reach)?;
-        canvas.push(padded);
-        expected.push(sizes::sum(sizes::floor_div(span, stride[i])?, 1)?);
+        canvas.push(sizes::sum(x.shape[2 + i], 2 * padding[i])?);
     }
+    let mut expected = vec![batch, out_channels];
+    expected.extend(output_sizes(
+        &x.shape[2..],
+        kernel,
+        stride,
+        padding,
+        dilation,
+    )?);
     check_shape(&out.shape, &expected)?;
     let mut offsets = vec![0, 0];
     offsets.extend(padding);
@@ -650,7 +653,8 @@ fn cropped<'c, 'a>(
     Ok((weight, kernel, padding))
 }
 
-/// The output size of a (non-transposed) correlation along each spatial dimension.
+/// The output size of a (non-transposed) correlation along each spatial dimension (symbolic
+/// sizes included: `(s0 + 2 p - d (k - 1) - 1)//s + 1`).
 fn output_sizes(
     spatial: &[i64],
     kernel: &[i64],
@@ -660,6 +664,12 @@ fn output_sizes(
 ) -> Result<Vec<i64>> {
     let mut out_spatial = Vec::with_capacity(kernel.len());
     for i in 0..kernel.len() {
+        if sizes::is_symbolic(spatial[i]) || sizes::is_symbolic(kernel[i]) {
+            let reach = sizes::product(&[dilation[i], sizes::sum(kernel[i], -1)?])?;
+            let span = sizes::difference(sizes::sum(spatial[i], 2 * padding[i] - 1)?, reach)?;
+            out_spatial.push(sizes::sum(sizes::floor_div(span, stride[i])?, 1)?);
+            continue;
+        }
         let reach = dilation[i] * (kernel[i] - 1);
         let span = spatial[i] + 2 * padding[i] - reach - 1;
         if span < 0 {
