@@ -383,8 +383,8 @@ fn symbolic_correlation<'c, 'a>(
         ));
     }
     let mut canvas = vec![batch, channels];
-    for i in 0..nd {
-        canvas.push(sizes::sum(x.shape[2 + i], 2 * padding[i])?);
+    for (&size, &pad) in x.shape[2..].iter().zip(padding) {
+        canvas.push(sizes::sum(size, 2 * pad)?);
     }
     let mut expected = vec![batch, out_channels];
     expected.extend(output_sizes(
