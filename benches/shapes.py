@@ -236,9 +236,9 @@ def segmentation(budget_s: float, repeat: int | None) -> dict[str, Any]:
     ``SEGMENT_SIZES``: per backend the first round over the sizes (compiles included, from a
     reset Dynamo), the median milliseconds per size over the later rounds, in which the
     backends take turns call by call (after an untimed round), whether every output matches
-    eager, and fxmlir's kernels. Its convolutions, pooling and resizes take a symbolic batch
-    only, not symbolic image sizes: fxmlir compiles each size (a new size's first call runs
-    eagerly)."""
+    eager, and fxmlir's kernels. Dynamo makes the image sizes symbolic at the second size;
+    fxmlir's convolutions, pooling and resizes (gathers) take them, so one kernel serves every
+    later size."""
     import torchvision
 
     del budget_s, repeat
