@@ -472,15 +472,17 @@ def test_a_gather_across_the_batch_compiles_once_and_checks_its_indices():
 def test_a_conv_net_with_symbolic_image_sizes_compiles_once(batch):
     """``dynamic=True`` makes the image sizes symbolic too (a pooled size is ``s1//2``, a
     strided one ``(s1 - 1)//2 + 1``): convolutions (an im2col product over a canvas of
-    symbolic sizes; grouped and transposed ones too), pooling, padding, resizes and adaptive
-    pooling take them, so one kernel serves images of any size (and any batch), each call as
-    eager computes it."""
+    symbolic sizes; grouped and transposed ones too), pooling, constant, reflection and
+    replication padding, resizes and adaptive pooling take them, so one kernel serves images
+    of any size (and any batch), each call as eager computes it."""
     torch.manual_seed(0)
     model = _ConvNet().eval()
     up = torch.nn.ConvTranspose2d(3, 3, 4, stride=2, padding=1)
 
     def fn(x):
-        return model(x), up(x)
+        reflected = torch.nn.functional.pad(x, (2, 1, 1, 2), mode="reflect")
+        replicated = torch.nn.functional.pad(x, (1, 0, 2, 1), mode="replicate")
+        return model(x), up(x), reflected, replicated
 
     compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
     start = latest()

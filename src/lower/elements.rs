@@ -56,6 +56,11 @@ pub(super) fn linalg_index<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value
     b.op1("linalg.index", &[], b.ty("index")?, &[("dim", attr)])
 }
 
+/// `linalg.index` of loop dimension `dim` as an int64, inside a `linalg.generic` body.
+pub(super) fn linalg_index_i64<'c, 'b>(b: &Emit<'c, 'b>, dim: usize) -> Result<Value<'c, 'b>> {
+    index_to_i64(b, linalg_index(b, dim)?)
+}
+
 /// The identity element of max (`lowest = true`) or min over `dtype`.
 pub(super) fn extreme(dtype: DType, lowest: bool) -> Scalar {
     if dtype.is_float() {

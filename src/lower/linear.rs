@@ -4,7 +4,7 @@
 //! share); epilogues (bias, scaling) are elementwise generics that the fusion stage folds into
 //! the consumer.
 
-use super::elements::{extract, index_to_i64, linalg_index, to_index};
+use super::elements::{extract, index_to_i64, linalg_index_i64, to_index};
 use super::loops::{fill_rows, for_loop, nth, reuse};
 use super::products::{contract, pair_product, panel_product};
 use super::{Emit, Iter, LowerCtx, Operand, Registry, Scalar, Tensor, Whole, emit, fail};
@@ -173,7 +173,7 @@ fn group_of_rows<'c, 'a>(
         &[(init, emit::affine_map(2, &[Some(0)]))],
         &[Iter::Parallel, Iter::Reduction],
         |b, v| {
-            let row = index_to_i64(b, linalg_index(b, 0)?)?;
+            let row = linalg_index_i64(b, 0)?;
             let end = b.convert(v[0], ends, DType::Int64)?;
             let ended = b.cmpi("sle", end, row)?;
             let one = b.convert(ended, DType::Bool, DType::Int64)?;

@@ -83,7 +83,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 60] = [
+const DYNAMIC_OPS: [&str; 57] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -134,16 +134,13 @@ const DYNAMIC_OPS: [&str; 60] = [
     "aten.native_group_norm.default",
     "aten.repeat.default",
     "aten.convolution.default",
-    "aten.max_pool2d_with_indices.default",
-    "aten.max_pool3d_with_indices.default",
-    "aten.avg_pool1d.default",
-    "aten.avg_pool2d.default",
-    "aten.avg_pool3d.default",
-    "aten.adaptive_avg_pool1d.default",
-    "aten._adaptive_avg_pool2d.default",
-    "aten._adaptive_avg_pool3d.default",
     "aten.index.Tensor",
     "aten.constant_pad_nd.default",
+    "aten.reflection_pad1d.default",
+    "aten.reflection_pad2d.default",
+    "aten.reflection_pad3d.default",
+    "aten.replication_pad2d.default",
+    "aten.replication_pad3d.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
@@ -258,7 +255,7 @@ impl Registry {
     fn build() -> Result<Registry> {
         let mut r = Registry::default();
         // The families whose rows take symbolic sizes.
-        const DYNAMIC: [&str; 4] = ["elementwise", "reduction", "creation", "scan"];
+        const DYNAMIC: [&str; 5] = ["elementwise", "reduction", "creation", "scan", "pooling"];
         let families: [(&'static str, Register); 14] = [
             ("elementwise", elementwise::register),
             ("creation", creation::register),

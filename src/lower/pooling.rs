@@ -10,11 +10,11 @@
 //! propagates NaN (a later NaN wins), average pooling divides once by the window's divisor,
 //! adaptive pooling divides by each dimension's window length in turn.
 
-use super::elements::{index_to_i64, linalg_index};
+use super::elements::linalg_index_i64;
 use super::window::{
     Ints, check_shape, computed_table, dims, extent, int_table, per_dim, place, taps,
 };
-use super::{Emit, Iter, LowerCtx, Registry, Scalar, Tensor, fail};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, fail};
 use crate::error::Result;
 use crate::graph::{DType, Node, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
@@ -695,7 +695,10 @@ fn symbolic_adaptive<'c, 'a>(
             let n = Ints(b);
             let mut inside = None;
             for i in 0..nd {
-                let (o, h) = (position(b, lead + i)?, position(b, lead + nd + i)?);
+                let (o, h) = (
+                    linalg_index_i64(b, lead + i)?,
+                    linalg_index_i64(b, lead + nd + i)?,
+                );
                 let (start, end) = adaptive_window(&n, sizes(i), o)?;
                 let after = n.compare("ge", h, start)?;
                 let before = n.compare("lt", h, end)?;
@@ -723,7 +726,7 @@ fn symbolic_adaptive<'c, 'a>(
             let n = Ints(b);
             let mut r = v[0];
             for i in 0..nd {
-                let (start, end) = adaptive_window(&n, sizes(i), position(b, lead + i)?)?;
+                let (start, end) = adaptive_window(&n, sizes(i), linalg_index_i64(b, lead + i)?)?;
                 let len = b.convert(n.op("subi", end, start)?, DType::Int64, acc)?;
                 r = b.same("arith.divf", &[r, len])?;
             }
@@ -748,9 +751,4 @@ fn adaptive_window<'c, 'b>(
         output,
     )?;
     Ok((start, end))
-}
-
-/// Loop dimension `d`'s index as an int64, in a generic's body.
-fn position<'c, 'b>(b: &Emit<'c, 'b>, d: usize) -> Result<Value<'c, 'b>> {
-    index_to_i64(b, linalg_index(b, d)?)
 }

@@ -150,13 +150,17 @@ fn lower_edge_pad<'c, 'a>(
                 x.shape
             ));
         }
+        shape[d] = sizes::sum(size, lo + hi)?;
+        if sizes::is_symbolic(size) {
+            // Dynamo's guards hold the amounts within the size.
+            continue;
+        }
         if edge == Edge::Reflect && (lo >= size || hi >= size) {
             return fail(format!(
                 "reflection padding ({lo}, {hi}) must be smaller than dimension {d} of shape {:?}",
                 x.shape
             ));
         }
-        shape[d] = size + lo + hi;
         if shape[d] < 1 {
             return fail(format!(
                 "padding {pad:?} leaves no elements in dimension {d} of shape {:?}",
@@ -191,7 +195,7 @@ fn pad_edges<'c, 'a>(
     let size = x.shape[dim];
     let rank = x.rank();
     let mut shape = x.shape.clone();
-    shape[dim] = size + lo + hi;
+    shape[dim] = sizes::sum(size, lo + hi)?;
     let mut canvas = ctx.e.empty(&shape, x.dtype)?;
     // The shape of a piece `len` long in `dim`.
     let piece_shape = |len: i64| {
@@ -221,7 +225,7 @@ fn pad_edges<'c, 'a>(
             }
             Edge::Replicate => {
                 read[dim] = "0".to_string();
-                extract(if at_end { size - 1 } else { 0 }, 1)?
+                extract(if at_end { sizes::sum(size, -1)? } else { 0 }, 1)?
             }
         };
         Ok(ctx.e.generic(
@@ -231,6 +235,36 @@ fn pad_edges<'c, 'a>(
             |_, v| Ok(vec![v[0]]),
         )?[0])
     };
+    if sizes::is_symbolic(size) {
+        // Amounts within the size (Dynamo's guards hold them so): the reflected or replicated
+        // `lo` first elements, the input cropped by the negative amounts, then the `hi` last
+        // elements at a symbolic offset.
+        let mut offsets = vec![0; rank];
+        if lo > 0 {
+            let piece = edge_piece(1, lo, false)?;
+            canvas = ctx
+                .e
+                .insert_slice(piece, canvas, &offsets, &piece_shape(lo))?;
+        }
+        let kept = sizes::sum(size, lo.min(0) + hi.min(0))?;
+        offsets[dim] = lo.max(0);
+        let middle = extract((-lo).max(0), kept)?;
+        canvas = ctx
+            .e
+            .insert_slice(middle, canvas, &offsets, &piece_shape(kept))?;
+        if hi > 0 {
+            let piece = edge_piece(sizes::sum(size, -1 - hi)?, hi, true)?;
+            offsets[dim] = sizes::sum(size, lo)?;
+            canvas = ctx
+                .e
+                .insert_slice(piece, canvas, &offsets, &piece_shape(hi))?;
+        }
+        return Ok(Tensor {
+            value: canvas,
+            shape,
+            dtype: x.dtype,
+        });
+    }
     // The kept window is u in [-lo, size + hi); output position j holds u = j - lo. Each of
     // the three regions (u < 0, inside, u >= size) is clipped to the window, since a negative
     // amount on one side can crop into the other side's padding.

@@ -4,7 +4,7 @@
 //! the windows read ([`place`]), constant index tables computed at compile time, and the check
 //! of a computed output shape against the recorded one.
 
-use super::elements::{index_to_i64, linalg_index};
+use super::elements::linalg_index_i64;
 use super::{Emit, Iter, LowerCtx, Scalar, Tensor, emit, fail};
 use crate::error::Result;
 use crate::graph::{DType, dims as graph_dims};
@@ -151,7 +151,7 @@ where
         &vec![Iter::Parallel; rank],
         |b, _| {
             let at = (0..rank)
-                .map(|d| index_to_i64(b, linalg_index(b, d)?))
+                .map(|d| linalg_index_i64(b, d))
                 .collect::<Result<Vec<_>>>()?;
             Ok(vec![entry(&Ints(b), &at)?])
         },
