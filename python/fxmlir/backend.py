@@ -191,8 +191,8 @@ class GraphCompiler:
         symbolic sizes and every size is an expression the interchange writes over symbols
         that are sizes of its inputs; else None (it compiles per size), with the reason
         logged."""
-        # The batch ops that take no other symbolic sizes (a resize called whole, grid
-        # sampling) say so when lowered with them, and the graph then compiles per size.
+        # The batch ops that take no other symbolic sizes (a resize called whole) say so when
+        # lowered with them, and the graph then compiles per size.
         dynamic = frozenset(_fxmlir.dynamic_ops()) | frozenset(_fxmlir.batch_ops())
         others = sorted(
             {

@@ -83,7 +83,7 @@ pub struct Checked {
 pub use whole::Whole;
 
 /// Rows that take symbolic sizes in families whose other rows do not.
-const DYNAMIC_OPS: [&str; 57] = [
+const DYNAMIC_OPS: [&str; 58] = [
     "aten._softmax.default",
     "aten._log_softmax.default",
     "aten.native_layer_norm.default",
@@ -141,6 +141,7 @@ const DYNAMIC_OPS: [&str; 57] = [
     "aten.reflection_pad3d.default",
     "aten.replication_pad2d.default",
     "aten.replication_pad3d.default",
+    "aten.grid_sampler_2d.default",
 ];
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's

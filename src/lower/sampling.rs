@@ -17,7 +17,7 @@ use super::loops::reuse;
 use super::window::{check_shape, dims};
 use super::{Emit, Iter, LowerCtx, Registry, Scalar, emit, fail};
 use crate::error::Result;
-use crate::graph::{DType, Node};
+use crate::graph::{DType, Node, dims};
 use crate::pipeline::ir::maps::affine_map;
 use melior::ir::Value;
 
@@ -92,16 +92,25 @@ impl Axis {
         b.constant(Scalar::Float(v), self.acc)
     }
 
+    /// The axis's size plus `plus`, as a float: a constant, or for a symbolic size computed
+    /// when the kernel runs.
+    fn size_plus<'c, 'b>(&self, b: &Emit<'c, 'b>, plus: f64) -> Result<Value<'c, 'b>> {
+        if !dims::is_symbolic(self.size) {
+            return self.float(b, self.size as f64 + plus);
+        }
+        let size = b.size_value(self.size, self.acc)?;
+        b.same("arith.addf", &[size, self.float(b, plus)?])
+    }
+
     /// The grid's coordinate in [-1, 1] as a pixel position.
     fn unnormalize<'c, 'b>(&self, b: &Emit<'c, 'b>, g: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
-        let size = self.size as f64;
         let one = self.float(b, 1.0)?;
         let shifted = b.same("arith.addf", &[g, one])?;
         if self.align_corners {
             let half = b.same("arith.divf", &[shifted, self.float(b, 2.0)?])?;
-            b.same("arith.mulf", &[half, self.float(b, size - 1.0)?])
+            b.same("arith.mulf", &[half, self.size_plus(b, -1.0)?])
         } else {
-            let scaled = b.same("arith.mulf", &[shifted, self.float(b, size)?])?;
+            let scaled = b.same("arith.mulf", &[shifted, self.size_plus(b, 0.0)?])?;
             let less = b.same("arith.subf", &[scaled, one])?;
             b.same("arith.divf", &[less, self.float(b, 2.0)?])
         }
@@ -110,25 +119,22 @@ impl Axis {
     /// `min(size - 1, max(p, 0))`, NaN kept.
     fn clip<'c, 'b>(&self, b: &Emit<'c, 'b>, p: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
         let low = b.same("arith.maximumf", &[p, self.float(b, 0.0)?])?;
-        b.same(
-            "arith.minimumf",
-            &[low, self.float(b, (self.size - 1) as f64)?],
-        )
+        b.same("arith.minimumf", &[low, self.size_plus(b, -1.0)?])
     }
 
-    /// `p` reflected into [low/2, high/2] (bounds given doubled), as `reflect_coordinates`.
+    /// `p` reflected into `[low, low + span]`, as `reflect_coordinates` (a span of 0, a fixed
+    /// size of 1 with aligned corners, gives 0).
     fn reflect<'c, 'b>(
         &self,
         b: &Emit<'c, 'b>,
         p: Value<'c, 'b>,
-        twice_low: i64,
-        twice_high: i64,
+        low: f64,
+        span: Value<'c, 'b>,
     ) -> Result<Value<'c, 'b>> {
-        if twice_low == twice_high {
+        if self.align_corners && self.size == 1 {
             return self.float(b, 0.0);
         }
-        let min = self.float(b, twice_low as f64 / 2.0)?;
-        let span = self.float(b, (twice_high - twice_low) as f64 / 2.0)?;
+        let min = self.float(b, low)?;
         let from_min = b.same("arith.subf", &[p, min])?;
         let distance = b.same("math.absf", &[from_min])?;
         let extra = b.same("arith.remf", &[distance, span])?;
@@ -148,9 +154,9 @@ impl Axis {
             Padding::Border => self.clip(b, p),
             Padding::Reflection => {
                 let reflected = if self.align_corners {
-                    self.reflect(b, p, 0, 2 * (self.size - 1))?
+                    self.reflect(b, p, 0.0, self.size_plus(b, -1.0)?)?
                 } else {
-                    self.reflect(b, p, -1, 2 * self.size - 1)?
+                    self.reflect(b, p, -0.5, self.size_plus(b, 0.0)?)?
                 };
                 self.clip(b, reflected)
             }
@@ -161,7 +167,7 @@ impl Axis {
     /// included, which fails both ordered comparisons).
     fn index<'c, 'b>(&self, b: &Emit<'c, 'b>, p: Value<'c, 'b>) -> Result<Value<'c, 'b>> {
         let above = b.cmpf("oge", p, self.float(b, 0.0)?)?;
-        let below = b.cmpf("ole", p, self.float(b, (self.size - 1) as f64)?)?;
+        let below = b.cmpf("ole", p, self.size_plus(b, -1.0)?)?;
         let inside = b.same("arith.andi", &[above, below])?;
         let p = b.select(inside, p, self.float(b, -1.0)?)?;
         b.op1("arith.fptosi", &[p], b.elem_type(DType::Int32)?, &[])
@@ -248,10 +254,11 @@ fn lower_grid_sampler_2d<'c, 'a>(
             x.shape, grid.shape
         ));
     }
-    if grid.shape[0] != x.shape[0] {
+    if !dims::may_be_equal(grid.shape[0], x.shape[0]) {
         return fail(format!(
             "the grid's batch {} differs from the input's {}",
-            grid.shape[0], x.shape[0]
+            dims::poly_of(grid.shape[0]),
+            dims::poly_of(x.shape[0])
         ));
     }
     let dtype = x.dtype;
@@ -280,10 +287,13 @@ fn lower_grid_sampler_2d<'c, 'a>(
         acc,
     };
     let (across, down) = (axis(w), axis(h));
-    let pixels = oh * ow;
-    let grid = ctx
-        .e
-        .reshape(grid.value, &grid.shape, &[n * pixels, 2], dtype)?;
+    let pixels = dims::product(&[oh, ow])?;
+    let grid = ctx.e.reshape(
+        grid.value,
+        &grid.shape,
+        &[dims::product(&[n, pixels])?, 2],
+        dtype,
+    )?;
     let tables = taps(ctx, grid, (n, pixels), (across, down), dtype)?;
     let count = mode.taps();
     let pixel = affine_map(3, &dims([0, 2]));
@@ -361,7 +371,7 @@ fn taps<'c, 'a>(
     dtype: DType,
 ) -> Result<Vec<Value<'c, 'a>>> {
     let e = &ctx.e;
-    let pixels = batch * per_image;
+    let pixels = dims::product(&[batch, per_image])?;
     let acc = across.acc;
     let count = across.mode.taps();
     let pixel = emit::identity_map(1);
