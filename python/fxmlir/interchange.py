@@ -161,13 +161,13 @@ def ratio_texts(expr: Any) -> list[str]:
 
 def size_text(expr: Any) -> str:
     """The interchange's text of a SymPy size expression: integers and symbols combined by
-    ``+``, ``*``, powers by small natural exponents, maxima and minima, floor division, and
-    ceiling division and modulo by positive integers (as ``//``); ``UnsupportedOpError`` for
-    anything else."""
+    ``+``, ``*``, powers by small natural exponents, maxima and minima, and floor division,
+    ceiling division and modulo by positive integers or by sizes (as ``//``);
+    ``UnsupportedOpError`` for anything else."""
     import sympy
     from torch.utils._sympy import functions as f
 
-    def modulo(a: str, m: int) -> str:
+    def modulo(a: str, m: int | str) -> str:
         return f"({a} - {m}*({a}//{m}))"
 
     def text(e: Any) -> str:
@@ -183,12 +183,12 @@ def size_text(expr: Any) -> str:
             base, exponent = e.args
             if exponent.is_Integer and 0 <= int(exponent) <= 8:
                 return f"({text(base)}**{int(exponent)})"
-        if isinstance(e, f.FloorDiv) and not e.args[1].is_Integer:
-            return f"({text(e.args[0])}//{text(e.args[1])})"
         if isinstance(e, (f.FloorDiv, f.CeilDiv, f.Mod, f.PythonMod)):
             a, b = e.args
-            if b.is_Integer and int(b) > 0:
-                a, b = text(a), int(b)
+            # By a positive integer, or by a size (which the kernel takes as at least 1):
+            # `x % n` of a shifted window, `x.roll(k)` over a symbolic dimension.
+            if not b.is_Integer or int(b) > 0:
+                a, b = text(a), (int(b) if b.is_Integer else text(b))
                 if isinstance(e, f.FloorDiv):
                     return f"({a}//{b})"
                 if isinstance(e, f.CeilDiv):
@@ -202,7 +202,7 @@ def size_text(expr: Any) -> str:
                 return modulo(f"({text(base)}//{int(divisor)})", int(modulus))
         raise UnsupportedOpError(
             f"the symbolic size {expr} is no integer expression the interchange writes "
-            f"(`{e}`: only +, *, natural powers, Max, Min, // and % by positive integers)"
+            f"(`{e}`: only +, *, natural powers, Max, Min, // and % by positive integers or sizes)"
         )
 
     return text(expr)

@@ -314,7 +314,7 @@ def test_floats_computed_from_sizes_compile_once():
 
 def test_floor_division_texts_round_trip_through_the_interchange():
     """The interchange's text of Dynamo's size expressions parses back (in Rust) to the same
-    values: floor and ceiling division, moduli, maxima, minima and a divisor that is a size."""
+    values: floor and ceiling division, moduli, maxima, minima, and divisors that are sizes."""
     import sympy
     from fxmlir import _fxmlir, interchange
     from torch.utils._sympy import functions as f
@@ -328,6 +328,10 @@ def test_floor_division_texts_round_trip_through_the_interchange():
         f.Max(1, f.FloorDiv(s0 + 1, 2)),
         f.Min(s0, s1 + 2),
         f.FloorDiv(s0 * 7, s1),
+        # A shifted window's roll over a symbolic dimension: a modulo by a size.
+        f.Mod(s0 + 3, s1 + 1),
+        f.PythonMod(s0 * 3, s1),
+        f.CeilDiv(s0, s1),
     ]
     for expr in exprs:
         text = interchange.size_text(expr)
@@ -491,6 +495,27 @@ def test_a_conv_net_with_symbolic_image_sizes_compiles_once(batch):
         for k, (h, w) in enumerate([(20, 24), (31, 17), (64, 40), (23, 23), (20, 24)]):
             x = torch.randn(batch or 2 + k, 3, h, w)
             torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_padding_by_amounts_computed_from_sizes_compiles_once():
+    """A UNet's skip connection pads the upsampled map by the size difference (negative where
+    it is the larger: a crop), and a shifted-window model pads to a multiple of its window,
+    `(7 - w % 7) % 7`: amounts that are sizes, whose sign only the run decides. One kernel,
+    each call as eager computes it."""
+
+    def fn(x1, x2):
+        dy, dx = x2.size(2) - x1.size(2), x2.size(3) - x1.size(3)
+        skip = torch.nn.functional.pad(x1, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+        windows = torch.nn.functional.pad(x2, (0, (7 - x2.size(3) % 7) % 7, 1, 2), value=-1.5)
+        return torch.cat([skip, x2], 1), windows
+
+    compiled = torch.compile(fn, backend="fxmlir", dynamic=True)
+    start = latest()
+    with fxmlir.config.patch(fallback="error", background=False, specializations=0):
+        for h1, w1, h2, w2 in [(5, 6, 9, 10), (8, 9, 11, 13), (7, 7, 6, 5), (3, 4, 20, 17)]:
+            x1, x2 = torch.randn(2, 3, h1, w1), torch.randn(2, 4, h2, w2)
+            torch.testing.assert_close(compiled(x1, x2), fn(x1, x2), atol=0, rtol=0)
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
 
 

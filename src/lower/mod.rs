@@ -146,11 +146,11 @@ const DYNAMIC_OPS: [&str; 58] = [
 
 /// Rows that take symbolic integer arguments: sizes, which they read as polynomials (a slice's
 /// end, a split's sizes, a group norm's batch and image size, a transposed convolution's
-/// output padding), compare with the input's (an
+/// output padding, a padding's amounts), compare with the input's (an
 /// `as_strided` that restrides unit dimensions) or never read (a view's or an expand's sizes:
 /// they take the result's shape from the graph's metadata). So do the rows of
 /// `SYMBOLIC_ARGUMENT_FAMILIES`.
-const SYMBOLIC_ARGUMENTS: [&str; 10] = [
+const SYMBOLIC_ARGUMENTS: [&str; 11] = [
     "aten.as_strided.default",
     "aten.view.default",
     "aten._unsafe_view.default",
@@ -161,6 +161,7 @@ const SYMBOLIC_ARGUMENTS: [&str; 10] = [
     "aten.split.Tensor",
     "aten.native_group_norm.default",
     "aten.convolution.default",
+    "aten.constant_pad_nd.default",
 ];
 
 /// Families whose rows take symbolic numbers: a creation's sizes (never read) and values, an

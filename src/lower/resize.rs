@@ -74,7 +74,7 @@ fn lower_constant_pad<'c, 'a>(
     let mut offsets = vec![0; rank];
     for (k, pair) in pad.chunks(2).enumerate() {
         let d = rank - 1 - k;
-        shape[d] = sizes::sum(x.shape[d], pair[0] + pair[1])?;
+        shape[d] = sizes::sum(sizes::sum(x.shape[d], pair[0])?, pair[1])?;
         if !sizes::is_symbolic(shape[d]) && shape[d] < 0 {
             return fail(format!(
                 "padding {pad:?} gives a negative size for dimension {d} of shape {}",
@@ -86,6 +86,9 @@ fn lower_constant_pad<'c, 'a>(
     check_shape(&out.shape, &shape)?;
     if out.dtype != x.dtype {
         return fail("constant padding keeps the input dtype");
+    }
+    if pad.iter().any(|&p| sizes::is_symbolic(p)) {
+        return Ok(vec![pad_by_sizes(ctx, &x, value, &shape, &offsets)?]);
     }
     let symbolic = x.shape.iter().chain(&shape).any(|&d| sizes::is_symbolic(d));
     let x = if symbolic && offsets.iter().chain(&pad).any(|&p| p < 0) {
@@ -112,6 +115,55 @@ fn lower_constant_pad<'c, 'a>(
     };
     let placed = place(ctx, &x, value, &shape, &offsets, &vec![1; rank])?;
     Ok(vec![placed.value])
+}
+
+/// Constant padding by amounts that are sizes (a shifted window's `(7 - w % 7) % 7`, a
+/// UNet's `diff // 2`), whose sign only the run decides: output element `j` reads the input
+/// at `j - before` (per dimension, `before` the leading amount) where that lies inside the
+/// input, else is `value`; the read is clamped, so nothing is read out of bounds.
+fn pad_by_sizes<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    x: &Tensor<'c, 'a>,
+    value: Scalar,
+    shape: &[i64],
+    before: &[i64],
+) -> Result<Value<'c, 'a>> {
+    let rank = shape.len();
+    let init = ctx.e.empty(shape, x.dtype)?;
+    let (source, sizes_in, dtype) = (x.value, x.shape.clone(), x.dtype);
+    let results = ctx.e.generic(
+        &[],
+        &[(init, emit::identity_map(rank))],
+        &vec![Iter::Parallel; rank],
+        |b, _| {
+            let zero = b.index(0)?;
+            let mut inside = None;
+            let mut at = Vec::with_capacity(rank);
+            for (d, &size) in sizes_in.iter().enumerate() {
+                let position = b.same("arith.subi", &[linalg_index(b, d)?, b.size(before[d])?])?;
+                let size = b.size(size)?;
+                let above = b.cmpi("sge", position, zero)?;
+                let below = b.cmpi("slt", position, size)?;
+                let here = b.same("arith.andi", &[above, below])?;
+                inside = Some(match inside {
+                    Some(all) => b.same("arith.andi", &[all, here])?,
+                    None => here,
+                });
+                let last = b.same("arith.subi", &[size, b.index(1)?])?;
+                let clamped = b.same("arith.minsi", &[position, last])?;
+                at.push(b.same("arith.maxsi", &[clamped, zero])?);
+            }
+            let mut operands = vec![reuse(source)];
+            operands.extend(at);
+            let read = b.op1("tensor.extract", &operands, b.elem_type(dtype)?, &[])?;
+            let fill = b.constant(value, dtype)?;
+            match inside {
+                Some(inside) => Ok(vec![b.select(inside, read, fill)?]),
+                None => Ok(vec![read]),
+            }
+        },
+    )?;
+    Ok(results[0])
 }
 
 // ---- reflection and replication padding ---------------------------------------------------
