@@ -618,8 +618,8 @@ fn read_computed<'c, 'a>(
 
 /// The offset of `[start:end:step]` in a dimension of `size` where some are symbolic, checked
 /// against the `recorded` length the graph gives the slice: from a fixed start to the end
-/// (`x[:, 2:]`, `x[:, -1:]`, `x[:, :n]` of its `n` columns), between fixed indices (clamped
-/// as eager clamps them), or between sizes (`x[:, :n]` of a longer buffer,
+/// (`x[:, 2:]`, `x[:, -1:]`, `x[:, :n]` of its `n` columns), between fixed indices, either
+/// negative (from the end; clamped as eager clamps them), or between sizes (`x[:, :n]` of a longer buffer,
 /// `x[:, past:past + n]`); tracing guards the dimension to hold them.
 pub(super) fn window(size: i64, (start, end, step): (i64, i64, i64), recorded: i64) -> Result<i64> {
     let to_end = end == size || end >= i64::MAX / 2;
@@ -628,16 +628,6 @@ pub(super) fn window(size: i64, (start, end, step): (i64, i64, i64), recorded: i
     let (offset, span) = match to_end {
         true if !dims::is_symbolic(start) && start < 0 => (dims::sum(size, start)?, -start),
         true if !dims::is_symbolic(start) => (start, dims::sum(size, -start)?),
-        // From the end to a fixed index (`x[:, -100:2]`): the start is clamped to
-        // the dimension, as eager does.
-        false if !dims::is_symbolic(start) && start < 0 && !dims::is_symbolic(end) && end >= 0 => {
-            let from_end = dims::poly_of(size).add(&dims::Poly::constant(start))?;
-            let offset = dims::size_of(dims::Poly::extreme(
-                true,
-                vec![dims::Poly::constant(0), from_end],
-            ));
-            (offset, dims::difference(end, offset)?)
-        }
         // Between fixed indices that the graph records inside the dimension.
         false
             if !dims::is_symbolic(start)
@@ -648,16 +638,22 @@ pub(super) fn window(size: i64, (start, end, step): (i64, i64, i64), recorded: i
         {
             (start, end - start)
         }
-        // Between fixed indices of a symbolic dimension (`x[:, 10:20]`), both
-        // clamped to it, as eager does; empty if they cross (`x[:, 3:1]`).
-        false if !dims::is_symbolic(start) && !dims::is_symbolic(end) && start >= 0 => {
-            let clamped = |i: i64| {
-                dims::size_of(dims::Poly::extreme(
-                    false,
-                    vec![dims::Poly::constant(i), dims::poly_of(size)],
-                ))
+        // Between fixed indices of a symbolic dimension (`x[:, 10:20]`, `x[:, -7:-3]`, from
+        // the end `x[:, -100:2]`), each resolved (a negative one from the end) and clamped
+        // to the dimension, as eager does; empty if they cross (`x[:, 3:1]`).
+        false if !dims::is_symbolic(start) && !dims::is_symbolic(end) => {
+            let resolved = |i: i64| -> Result<i64> {
+                let (largest, bound) = match i < 0 {
+                    true => (true, dims::poly_of(dims::sum(size, i)?)),
+                    false => (false, dims::poly_of(size)),
+                };
+                let limit = dims::Poly::constant(if i < 0 { 0 } else { i });
+                Ok(dims::size_of(dims::Poly::extreme(
+                    largest,
+                    vec![limit, bound],
+                )))
             };
-            let (offset, stop) = (clamped(start), clamped(end));
+            let (offset, stop) = (resolved(start)?, resolved(end)?);
             let span = dims::Poly::extreme(
                 true,
                 vec![
