@@ -1,13 +1,13 @@
-"""Stride-1 convolutions of one image as shifted products (``shifted_products`` in
-``src/lower/conv.rs``): a ``linalg.matmul`` per kernel tap, each multiplying the tap's weight by
-a slice of the flattened padded input at the tap's shift, with no patch matrix gathered: the
-first tap's product, then an ``scf.for`` over the other taps adding theirs. The
-output rows are computed as wide as the canvas (rounded up to whole vectors on every thread)
-and cut after. Shapes here cross that: 1-D, 2-D and 3-D kernels, asymmetric kernels, dilations,
-paddings, widths no vector divides, with and without bias, in f32 and f64, on the host's
-vectors and AVX2's, against eager. Each compile is strict, and its dump must show the first
-tap's product and the loop over the others, and no gather; the shapes the path leaves to
-im2col must show one product."""
+"""Stride-1 convolutions as shifted products (``shifted_products`` in ``src/lower/conv.rs``): a
+``linalg.matmul`` per kernel tap, each multiplying the tap's weight by a slice of the flattened
+padded input at the tap's shift, with no patch matrix gathered: the first tap's product, then
+an ``scf.for`` over the other taps adding theirs. The output rows are computed as wide as the
+canvas (rounded up to whole vectors on every thread) and cut after; several images lie one
+after the other in the canvas, channel-major. Shapes here cross that: 1-D, 2-D and 3-D
+kernels, asymmetric kernels, dilations, paddings, widths no vector divides, batches, with and
+without bias, in f32 and f64, on the host's vectors and AVX2's, against eager. Each compile is
+strict, and its dump must show the first tap's product and the loop over the others, and no
+gather; the shapes the path leaves to im2col must show one product."""
 
 import pathlib
 import re
@@ -39,13 +39,17 @@ SHIFTED = {
     "no_padding": ((1, 40, 17, 50), (40, 40, 2, 3), 0, 1),
     "conv1d": ((1, 64, 300), (64, 64, 5), 2, 2),
     "conv3d": ((1, 32, 3, 12, 14), (96, 32, 2, 1, 2), (0, 0, 1), 1),
+    # Several images, channel-major in one canvas: 3 x 26 x 32 columns for 3 x 24 x 30.
+    "batch": ((3, 64, 24, 30), (32, 64, 3, 3), 1, 1),
+    "batch_conv1d": ((4, 64, 300), (64, 64, 5), 2, 2),
 }
 
-# Shapes that keep the im2col product: too few channels, a batch, a stride, rows widened too much
-# (7 x 7 outputs of a 3 x 3 kernel: 9 / 7), groups.
+# Shapes that keep the im2col product: too few channels, small images of a batch (whole
+# canvases of 22 x 22 for outputs of 20 x 20: 1.21 times the columns), a stride, rows widened
+# too much (7 x 7 outputs of a 3 x 3 kernel: 9 / 7), groups.
 IM2COL = {
     "few_channels": ((1, 16, 20, 20), (8, 16, 3, 3), 1, 1, 1, 1),
-    "batch": ((2, 32, 20, 20), (8, 32, 3, 3), 1, 1, 1, 1),
+    "batch_of_small_images": ((2, 32, 20, 20), (8, 32, 3, 3), 1, 1, 1, 1),
     "strided": ((1, 32, 20, 20), (8, 32, 3, 3), 1, 1, 2, 1),
     "narrow_rows": ((1, 64, 7, 7), (32, 64, 3, 3), 1, 1, 1, 1),
     "grouped": ((1, 64, 20, 20), (32, 32, 3, 3), 1, 1, 1, 2),
@@ -58,8 +62,10 @@ def _lowered(tmp_path) -> str:
 
 
 def _assert_tap_loop(lowered: str, taps: int) -> None:
-    """The first tap's product, then one more in a loop from tap 1 to ``taps``."""
-    assert len(re.findall(r"= linalg\.matmul", lowered)) == 2, lowered[:3000]
+    """The first tap's product, then one more in a loop from tap 1 to ``taps``: for all the
+    columns, or for blocks of them that fit the target's L2 (``Taps::blocked``: whole blocks
+    in a loop, then the last, shorter one)."""
+    assert len(re.findall(r"= linalg\.matmul", lowered)) in (2, 4), lowered[:3000]
     loop = rf"scf\.for %\S+ = %c1(_\d+)? to %c{taps}(_\d+)? step"
     assert re.search(loop, lowered), lowered[:3000]
 
@@ -146,6 +152,28 @@ def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, togeth
     lowered = _lowered(tmp_path)
     _assert_tap_loop(lowered, 9)
     assert lowered.count("scf.forall (") == (1 if together and threads == 2 else 0)
+    torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("l2", "blocks"), [("8M", 1), ("256K", 2)])
+def test_columns_are_summed_in_blocks_that_fit_l2(tmp_path, l2, blocks):
+    """A batch of 4 images of 30 x 30 over 64 channels (4096 columns, 2048 a thread): with a
+    256 KiB L2, each thread sums its columns block by block (sum and canvas columns within half
+    of L2: 341 columns, evened out to 6 blocks of 304 and the last 224), every block the first
+    tap's product and the loop over the others; with 8 MiB, all at once."""
+    x, w, b = _inputs((4, 64, 30, 30), (32, 64, 3, 3), torch.float32)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1)
+
+    target = f"x86-64-v3,threads=2,l2={l2}"
+    actual = compile_strict(fn, (x, w, b), tmp_path, target)
+    lowered = _lowered(tmp_path)
+    assert len(re.findall(r"= linalg\.matmul", lowered)) == 2 * blocks, lowered[:3000]
+    assert len(re.findall(r"scf\.for %\S+ = %c0(_\d+)? to %c1824(_\d+)? step %c304", lowered)) == (
+        blocks - 1
+    )
+    assert lowered.count("scf.forall (") == 1, lowered[:3000]
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
 
 

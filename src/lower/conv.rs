@@ -22,7 +22,7 @@ use super::emit::Emit;
 use super::loops::{for_loop, forall, nth, reuse};
 use super::products::{computed_padded, first_entries, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
-use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail};
+use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail, layout};
 use crate::error::Result;
 use crate::graph::{DType, Node, TensorMeta, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
@@ -203,10 +203,28 @@ fn lower_convolution<'c, 'a>(
                 )
             })
             .flatten();
+        // Shifted products of several images read them channel-major, `[c, n, …]`, each
+        // channel's images one after the other in the canvas.
+        let (placed, lead) = match shifted {
+            Some(s) if batch > 1 => {
+                let mut perm = vec![1, 0];
+                perm.extend(2..nd + 2);
+                let mut shape = vec![channels, batch];
+                shape.extend(&spatial);
+                let value = layout::permute(ctx, &x, &perm)?;
+                let placed = Tensor {
+                    value,
+                    shape,
+                    dtype: x.dtype,
+                };
+                (placed, batch + s.extra_images)
+            }
+            _ => (x.clone(), channels),
+        };
         let padded = windowed(
             ctx,
-            &x,
-            channels,
+            &placed,
+            lead,
             (&kernel, &stride, &padding, &dilation),
             &out_spatial,
             shifted.map_or(0, |s| s.extra_rows),
@@ -686,8 +704,8 @@ fn output_sizes(
 }
 
 /// The input a (non-transposed) correlation of `window` (kernel, stride, padding, dilation)
-/// with output sizes `out_spatial` reads: `x` in a zero canvas of `channels` channels (at
-/// least `x`'s; the extra ones are zero), padded by `padding` and cut to the part the windows
+/// with output sizes `out_spatial` reads: `x` in a zero canvas of `channels` entries in its
+/// second dimension (at least `x`'s; the extra ones are zero), padded by `padding` and cut to the part the windows
 /// read, `[0, (o - 1) s + d (k - 1) + 1)`, with `extra_rows` zero rows more along the first
 /// spatial dimension.
 fn windowed<'c, 'a>(
@@ -787,21 +805,28 @@ fn direct_correlation<'c, 'a>(
 }
 
 /// How a convolution is [`shifted_products`]: the columns each tap's product computes (the
-/// output's rows as wide as the canvas, `o_0 W`, rounded up to whole vectors on every
-/// thread) and the zero rows the canvas needs beyond the windows for the last tap's slice.
+/// output's rows as wide as the canvas, rounded up to whole vectors on every thread) and the
+/// zero rows or images the canvas needs beyond the windows for the last tap's slice (see
+/// [`shifts`]).
 #[derive(Clone, Copy)]
 struct Shifted {
     columns: i64,
     extra_rows: i64,
+    extra_images: i64,
 }
 
-/// Whether, and how, a convolution of an `input` `[n, c, s…]` by a `weight` `[cout, c / g,
-/// k…]` of `(stride, dilation)` with output sizes `out`, `(groups, dtype)`, is
-/// [`shifted_products`]: a stride-1 convolution of one f32 or f64 image without groups, of
-/// several taps over at least [`SHIFTED_MIN_CHANNELS`] input channels, whose rows widen the
-/// output by at most [`SHIFTED_MAX_WIDENING`]. The columns are a multiple of a vector on each
-/// thread, so that the products are cut across the threads by columns, each reading its half
-/// of the input, rather than by rows, each reading all of it.
+/// Whether, and how, a convolution of an input `[n, c, s…]` by a weight `[cout, c / g, k…]` of
+/// `(stride, dilation)` with output sizes `out`, `(groups, dtype)`, is [`shifted_products`]:
+/// a stride-1 f32 or f64 convolution without groups, of several taps over at least
+/// [`SHIFTED_MIN_CHANNELS`] input channels, whose canvas widens the output by at most
+/// [`SHIFTED_MAX_WIDENING`]. The columns are a multiple of a vector on each thread, so that the
+/// products are cut across the threads by columns, each reading its share of the input, rather
+/// than by rows, each reading all of it.
+///
+/// One image computes the first `o_0` rows of its canvas, whose last taps read `extra_rows`
+/// zero rows below it. Several images lie one after the other in the canvas (`[c, n, …]`),
+/// each computed whole (its last rows are dropped), and the last taps of the last image read
+/// `extra_images` zero images after them.
 fn shifts(
     target: &Target,
     input: &[i64],
@@ -812,20 +837,26 @@ fn shifts(
 ) -> Option<Shifted> {
     let nd = weight.len().saturating_sub(2);
     let kernel = &weight[2..];
-    let channels = input[1];
+    let (images, channels) = (input[0], input[1]);
     let reach: Vec<i64> = (0..nd).map(|i| dilation[i] * (kernel[i] - 1)).collect();
     let row: i64 = (1..nd).map(|i| out[i] + reach[i]).product();
     let narrow: i64 = out[1..].iter().product();
+    let image = (out[0] + reach[0]) * row;
+    let used = if images == 1 {
+        out[0] * row
+    } else {
+        images * image
+    };
     let lanes = thread_columns(target, dtype);
-    let columns = out[0] * row + (-out[0] * row).rem_euclid(lanes);
+    let columns = used + (-used).rem_euclid(lanes);
     let applies = matches!(dtype, DType::Float32 | DType::Float64)
-        && input[0] == 1
+        && images >= 1
         && groups == 1
         && weight[1] == channels
         && stride.iter().all(|&s| s == 1)
         && kernel.iter().product::<i64>() > 1
         && channels >= SHIFTED_MIN_CHANNELS
-        && (row as f64) <= SHIFTED_MAX_WIDENING * narrow as f64;
+        && (used as f64) <= SHIFTED_MAX_WIDENING * (images * out[0] * narrow) as f64;
     if !applies {
         return None;
     }
@@ -836,10 +867,20 @@ fn shifts(
         shift += reach[i] * stride_of;
         stride_of /= out.get(i + 1).map_or(1, |&o| o + reach[i + 1]);
     }
-    let rows = (shift + columns + row - 1) / row;
-    Some(Shifted {
-        columns,
-        extra_rows: (rows - out[0] - reach[0]).max(0),
+    let read = shift + columns;
+    Some(if images == 1 {
+        let rows = (read + row - 1) / row;
+        Shifted {
+            columns,
+            extra_rows: (rows - out[0] - reach[0]).max(0),
+            extra_images: 0,
+        }
+    } else {
+        Shifted {
+            columns,
+            extra_rows: 0,
+            extra_images: (read - used + image - 1) / image,
+        }
     })
 }
 
@@ -902,6 +943,19 @@ fn patch_columns(target: &Target, acc: DType) -> i64 {
     PAIR_LANES / a * threads
 }
 
+/// The columns of a block of [`Taps::blocked`] out of `columns` (whole vectors): as many as
+/// fit half of `target`'s L2 with `rows` rows of `acc` (the sum's and the canvas's), evened
+/// out over the blocks `columns` then takes.
+fn column_block(target: &Target, rows: i64, acc: DType, columns: i64) -> i64 {
+    let fit = (target.l2_bytes / 2 / (rows * acc.byte_size() as i64)).max(PAIR_LANES);
+    let blocks = (columns + fit - 1) / fit;
+    if blocks <= 1 {
+        return columns;
+    }
+    let even = (columns + blocks - 1) / blocks;
+    even + (-even).rem_euclid(PAIR_LANES)
+}
+
 /// Input channels from which a convolution is [`shifted_products`]: each tap's product is
 /// `channels` deep, and shallower ones would run its register tiles from memory more than
 /// from registers (an im2col product is one product `channels x taps` deep).
@@ -912,17 +966,23 @@ const SHIFTED_MIN_CHANNELS: i64 = 32;
 /// 56 x 56: 58 / 56, at 14 x 14: 16 / 14; at 7 x 7, 9 / 7 is too many, and im2col is kept).
 const SHIFTED_MAX_WIDENING: f64 = 1.2;
 
-/// A stride-1 convolution of one image without groups as one product per kernel tap, each
-/// reading the padded input where it lies. With the canvas flattened to `[c, (h, w…)]` (row
-/// length `W`), output pixel `(y, x)` reads, at tap `(i, j)`, canvas column
-/// `(y + d i) W + x + d j`: column `y W + x` of the output, shifted by `d (i W + j)`. Computed
-/// over every canvas column of its first `o_0` rows (the columns from `x = o_1` on are
-/// computed and dropped), the tap's right operand is a plain slice `[c, o_0 W]` of the
-/// flattened canvas at its shift, its left operand the weight of the tap, and the taps'
-/// products accumulate into one sum `[cout, o_0 W]`. No patch matrix is gathered: DenseNet-121's
-/// 3 x 3 convolutions spent a third of their time writing and rereading theirs. The canvas
-/// has one zero row more than the windows read (see [`windowed`]), so that the last tap's
-/// slice stays inside it. The result is `[cout, 1, o…]`, as [`im2col_product`]'s.
+/// A stride-1 convolution without groups as one product per kernel tap, each reading the
+/// padded input where it lies. With the canvas flattened to `[c, (h, w…)]` (row length `W`),
+/// output pixel `(y, x)` reads, at tap `(i, j)`, canvas column `(y + d i) W + x + d j`: column
+/// `y W + x` of the output, shifted by `d (i W + j)`. Computed over every canvas column of its
+/// first `o_0` rows (the columns from `x = o_1` on are computed and dropped), the tap's right
+/// operand is a plain slice `[c, o_0 W]` of the flattened canvas at its shift, its left
+/// operand the weight of the tap, and the taps' products accumulate into one sum
+/// `[cout, o_0 W]`. No patch matrix is gathered: DenseNet-121's 3 x 3 convolutions spent a
+/// third of their time writing and rereading theirs. The canvas has zero rows more than the
+/// windows read (see [`windowed`]), so that the last tap's slice stays inside it.
+///
+/// Several images lie channel-major in the canvas, `[c, n, (h, w…)]`, flattened to
+/// `[c, (n, h, w…)]`: image `b`'s pixel reads the same shifts from column `b H W + y W + x`, so
+/// one product per tap covers every image, its columns every image's whole canvas (the rows
+/// below the output dropped too), with zero images after the last one (im2col's patch matrix
+/// of a batch of 8 at 40 x 40, 64 channels, is 29 MB). The result is `[cout, n, o…]`, as
+/// [`im2col_product`]'s.
 fn shifted_products<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
@@ -939,7 +999,8 @@ fn shifted_products<'c, 'a>(
     for i in (0..nd - 1).rev() {
         strides[i] = strides[i + 1] * canvas[i + 1];
     }
-    let length: i64 = canvas.iter().product();
+    // One image `[1, c, …]`, or several channel-major `[c, n, …]`: either way `[c, L]` flat.
+    let length = padded.shape.iter().product::<i64>() / channels;
     let flat = ctx.reshape(padded, &[channels, length])?;
     // The weight tap by tap, [k…, cout, c]: as `fxmlir.passes.taps` hands it over (hoisted),
     // else transposed here.
@@ -995,44 +1056,46 @@ fn shifted_products<'c, 'a>(
         let taps = &taps;
         forall(&ctx.e, threads, &[init], |b, writes, iv, shared| {
             let first = b.same("arith.muli", &[iv, b.index(chunk)?])?;
-            let part = taps.sum(b, geo, Some(first), chunk)?;
+            let part = taps.blocked(b, geo, first, chunk, ctx.target)?;
             writes.insert_at(part, nth(shared, 0)?, &shape, (1, first, Some(chunk)), true)?;
             Ok(())
         })?[0]
     } else {
-        taps.sum(&ctx.e, geo, None, columns)?
+        taps.blocked(&ctx.e, geo, ctx.e.index(0)?, columns, ctx.target)?
     };
     let sum = Tensor {
         value: sum,
         shape: vec![geo.out_channels, columns],
         dtype: acc,
     };
-    let mut wide = vec![geo.out_channels, geo.out_spatial[0]];
+    // The computed rows of each image, as wide as the canvas: one image's first `o_0`, every
+    // row of several images'.
+    let rows = if geo.batch == 1 {
+        geo.out_spatial[0]
+    } else {
+        canvas[0]
+    };
+    let mut wide = vec![geo.out_channels, geo.batch, rows];
     wide.extend(&canvas[1..]);
     let wide = ctx.reshape(
-        &first_entries(ctx, &sum, 1, geo.out_spatial[0] * strides[0])?,
+        &first_entries(ctx, &sum, 1, geo.batch * rows * strides[0])?,
         &wide,
     )?;
-    let mut narrow = vec![geo.out_channels];
+    let mut narrow = vec![geo.out_channels, geo.batch];
     narrow.extend(geo.out_spatial);
     let value = ctx.e.extract_slice(
         wide.value,
-        &vec![0; nd + 1],
+        &vec![0; nd + 2],
         &narrow,
-        &vec![1; nd + 1],
+        &vec![1; nd + 2],
         &narrow,
         acc,
     )?;
-    let mut shape = vec![geo.out_channels, 1];
-    shape.extend(geo.out_spatial);
-    ctx.reshape(
-        &Tensor {
-            value,
-            shape: narrow,
-            dtype: acc,
-        },
-        &shape,
-    )
+    Ok(Tensor {
+        value,
+        shape: narrow,
+        dtype: acc,
+    })
 }
 
 /// What the taps' products of [`shifted_products`] read: the weight tap by tap `[t, cout, c]`
@@ -1071,6 +1134,42 @@ impl<'c> Taps<'c, '_, '_> {
             Ok(vec![self.add_tap(b, geo, part, tap, nth(carried, 0)?)?])
         })?;
         nth(&sum, 0)
+    }
+
+    /// The sum `[cout, columns]` from column `first`, block by block: each block's sum and
+    /// the canvas columns its taps read take at most half of the target's L2
+    /// ([`column_block`]), so that every tap after the first finds both there (a batch of 8
+    /// images of 40 x 40 and 64 channels sums 1.8 MB of columns a thread).
+    fn blocked<'b>(
+        &self,
+        e: &Emit<'c, 'b>,
+        geo: &Geometry<'_>,
+        first: Value<'c, 'b>,
+        columns: i64,
+        target: &Target,
+    ) -> Result<Value<'c, 'b>> {
+        let block = column_block(target, geo.out_channels + self.shape[0], self.acc, columns);
+        if block == columns {
+            return self.sum(e, geo, Some(first), columns);
+        }
+        let (whole, rest) = (columns / block * block, columns % block);
+        let shape = [geo.out_channels, columns];
+        let init = e.empty(&shape, self.acc)?;
+        let (zero, end, step) = (e.index(0)?, e.index(whole)?, e.index(block)?);
+        let blocks = for_loop(e, zero, end, step, &[init], |b, at, carried| {
+            let from = b.same("arith.addi", &[reuse(first), at])?;
+            let part = self.sum(b, geo, Some(from), block)?;
+            let at = (1, at, Some(block));
+            Ok(vec![b.insert_at(part, nth(carried, 0)?, &shape, at, false)?])
+        })?;
+        let blocks = nth(&blocks, 0)?;
+        if rest == 0 {
+            return Ok(blocks);
+        }
+        let at = e.index(whole)?;
+        let from = e.same("arith.addi", &[first, at])?;
+        let part = self.sum(e, geo, Some(from), rest)?;
+        e.insert_at(part, blocks, &shape, (1, at, Some(rest)), false)
     }
 
     /// `sum` plus the product of tap `tap` (an index) over `columns` columns from `first`.

@@ -1,8 +1,8 @@
 """Convolution weights handed over tap-major, transposed once outside the kernel.
 
-A stride-1 convolution of one image (or of a symbolic batch, one image at a time) is one
-matrix product per kernel tap (``shifted_products``
-in ``src/lower/conv.rs``): tap ``(i, j)`` multiplies the weight ``w[:, :, i, j]`` by a shifted
+A stride-1 convolution (of one image, of several in one canvas, or of a symbolic batch one
+image at a time) is one matrix product per kernel tap (``shifted_products`` in
+``src/lower/conv.rs``): tap ``(i, j)`` multiplies the weight ``w[:, :, i, j]`` by a shifted
 slice of the padded input. Its left operands are the weight in its tap-major layout
 ``[k…, cout, c]``, which the kernel would otherwise transpose on every call (ResNet-50's 3 x 3
 weights: 28 MB a call, 5% of its time).
