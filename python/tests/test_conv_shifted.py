@@ -42,6 +42,7 @@ SHIFTED = {
     # Several images, channel-major in one canvas: 3 x 26 x 32 columns for 3 x 24 x 30.
     "batch": ((3, 64, 24, 30), (32, 64, 3, 3), 1, 1),
     "batch_conv1d": ((4, 64, 300), (64, 64, 5), 2, 2),
+    "batch_conv3d": ((2, 32, 16, 12, 30), (32, 32, 2, 1, 2), (0, 0, 1), 1),
 }
 
 # Shapes that keep the im2col product: too few channels, small images of a batch (whole
@@ -100,13 +101,16 @@ def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
     torch.testing.assert_close(actual, fn(x, w, b), atol=atol, rtol=rtol)
 
 
-def test_nonfinite_inputs_stay_in_their_windows(tmp_path):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_nonfinite_inputs_stay_in_their_windows(tmp_path, batch):
     """A NaN or an infinity reaches exactly the outputs whose windows hold it: the columns
-    computed past each row (which read the next row's start) are dropped, never mixed in."""
-    x, w, b = _inputs((1, 64, 24, 30), (32, 64, 3, 3), torch.float32)
+    computed past each row (which read the next row's start) and, in a batch, the rows past
+    each image (which read the next image's start) are dropped, never mixed in."""
+    x, w, b = _inputs((batch, 64, 24, 30), (32, 64, 3, 3), torch.float32)
     x[0, 3, 4, 29] = float("nan")
     x[0, 5, 7, 0] = float("inf")
     x[0, 6, 23, 9] = -float("inf")
+    x[-1, 2, 0, 0] = float("nan")
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)

@@ -1160,7 +1160,13 @@ impl<'c> Taps<'c, '_, '_> {
             let from = b.same("arith.addi", &[reuse(first), at])?;
             let part = self.sum(b, geo, Some(from), block)?;
             let at = (1, at, Some(block));
-            Ok(vec![b.insert_at(part, nth(carried, 0)?, &shape, at, false)?])
+            Ok(vec![b.insert_at(
+                part,
+                nth(carried, 0)?,
+                &shape,
+                at,
+                false,
+            )?])
         })?;
         let blocks = nth(&blocks, 0)?;
         if rest == 0 {
