@@ -91,7 +91,7 @@ fn lower_constant_pad<'c, 'a>(
         return Ok(vec![pad_by_sizes(ctx, &x, value, &shape, &offsets)?]);
     }
     let symbolic = x.shape.iter().chain(&shape).any(|&d| sizes::is_symbolic(d));
-    let x = if symbolic && offsets.iter().chain(&pad).any(|&p| p < 0) {
+    let x = if symbolic && pad.iter().any(|&p| p < 0) {
         // A canvas of symbolic sizes holds its input whole: the negative amounts crop first.
         let mut first = vec![0; rank];
         let mut kept = x.shape.clone();
