@@ -7,7 +7,7 @@
 use super::elements::{extract, linalg_index};
 use super::layout::{self, permute};
 use super::loops::{nth, reuse};
-use super::{Iter, LowerCtx, Operand, Registry, Tensor, emit, fail, norm_dim};
+use super::{Iter, LowerCtx, Operand, Registry, Scalar, Tensor, emit, fail, norm_dim};
 use crate::error::Result;
 use crate::graph::{Node, dims};
 use melior::ir::Value;
@@ -572,18 +572,22 @@ fn split<'c, 'a>(
 }
 
 /// Where [`read_computed`] reads each input dimension.
-enum Position<'f> {
+pub(super) enum Position<'f> {
     /// At the mirrored position `size - 1 - i` where flipped (`flip`).
     Mirror(&'f [bool]),
     /// At the position modulo its size (`repeat`).
     Wrap,
+    /// At `i - before` where that lies inside the input, else `fill` (constant padding by
+    /// amounts that are sizes, whose sign only the run decides); the read is clamped, so
+    /// nothing is read out of bounds.
+    Shifted { before: &'f [i64], fill: Scalar },
 }
 
 /// `x` read at positions computed in the loop body, for reads whose indexing map would need
-/// a symbolic size (a `flip` or `repeat` of a symbolic dimension): input dimension `d` is read
-/// at a position computed from output dimension `offset + d`, `offset` being how many leading
-/// output dimensions the input lacks.
-fn read_computed<'c, 'a>(
+/// a symbolic size (a `flip` or `repeat` of a symbolic dimension, a padding by sizes): input
+/// dimension `d` is read at a position computed from output dimension `offset + d`, `offset`
+/// being how many leading output dimensions the input lacks.
+pub(super) fn read_computed<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     x: &Tensor<'c, 'a>,
     shape: &[i64],
@@ -598,6 +602,8 @@ fn read_computed<'c, 'a>(
         &vec![Iter::Parallel; rank],
         |b, _| {
             let mut at = Vec::with_capacity(sizes.len());
+            // Whether every position lies inside the input (`Position::Shifted`).
+            let mut inside = None;
             for (d, &size) in sizes.iter().enumerate() {
                 let i = linalg_index(b, offset + d)?;
                 at.push(match &how {
@@ -608,9 +614,29 @@ fn read_computed<'c, 'a>(
                     Position::Wrap if size == 1 => b.index(0)?,
                     Position::Wrap => b.same("arith.remui", &[i, b.size(size)?])?,
                     Position::Mirror(_) => i,
+                    Position::Shifted { before, .. } => {
+                        let (zero, size) = (b.index(0)?, b.size(size)?);
+                        let position = b.same("arith.subi", &[i, b.size(before[d])?])?;
+                        let above = b.cmpi("sge", position, zero)?;
+                        let below = b.cmpi("slt", position, size)?;
+                        let here = b.same("arith.andi", &[above, below])?;
+                        inside = Some(match inside {
+                            Some(all) => b.same("arith.andi", &[all, here])?,
+                            None => here,
+                        });
+                        let last = b.same("arith.subi", &[size, b.index(1)?])?;
+                        let clamped = b.same("arith.minsi", &[position, last])?;
+                        b.same("arith.maxsi", &[clamped, zero])?
+                    }
                 });
             }
-            Ok(vec![extract(b, reuse(input), &at, dtype)?])
+            let read = extract(b, reuse(input), &at, dtype)?;
+            match (&how, inside) {
+                (Position::Shifted { fill, .. }, Some(inside)) => {
+                    Ok(vec![b.select(inside, read, b.constant(*fill, dtype)?)?])
+                }
+                _ => Ok(vec![read]),
+            }
         },
     )?;
     nth(&results, 0)

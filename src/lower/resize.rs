@@ -5,6 +5,7 @@
 //! are computed here with PyTorch's exact floating-point formulas (`UpSample.h`), so the
 //! chosen source pixels and weights are the ones eager uses.
 
+use super::data_movement::{Position, read_computed};
 use super::elements::{linalg_index, to_index};
 use super::loops::reuse;
 use super::window::{check_shape, dims, int_table, place, table};
@@ -88,7 +89,13 @@ fn lower_constant_pad<'c, 'a>(
         return fail("constant padding keeps the input dtype");
     }
     if pad.iter().any(|&p| sizes::is_symbolic(p)) {
-        return Ok(vec![pad_by_sizes(ctx, &x, value, &shape, &offsets)?]);
+        // Amounts that are sizes (a shifted window's `(7 - w % 7) % 7`, a UNet's `diff // 2`),
+        // whose sign only the run decides: each output element reads its computed position.
+        let how = Position::Shifted {
+            before: &offsets,
+            fill: value,
+        };
+        return Ok(vec![read_computed(ctx, &x, &shape, how)?]);
     }
     let symbolic = x.shape.iter().chain(&shape).any(|&d| sizes::is_symbolic(d));
     let x = if symbolic && pad.iter().any(|&p| p < 0) {
@@ -115,55 +122,6 @@ fn lower_constant_pad<'c, 'a>(
     };
     let placed = place(ctx, &x, value, &shape, &offsets, &vec![1; rank])?;
     Ok(vec![placed.value])
-}
-
-/// Constant padding by amounts that are sizes (a shifted window's `(7 - w % 7) % 7`, a
-/// UNet's `diff // 2`), whose sign only the run decides: output element `j` reads the input
-/// at `j - before` (per dimension, `before` the leading amount) where that lies inside the
-/// input, else is `value`; the read is clamped, so nothing is read out of bounds.
-fn pad_by_sizes<'c, 'a>(
-    ctx: &LowerCtx<'c, 'a>,
-    x: &Tensor<'c, 'a>,
-    value: Scalar,
-    shape: &[i64],
-    before: &[i64],
-) -> Result<Value<'c, 'a>> {
-    let rank = shape.len();
-    let init = ctx.e.empty(shape, x.dtype)?;
-    let (source, sizes_in, dtype) = (x.value, x.shape.clone(), x.dtype);
-    let results = ctx.e.generic(
-        &[],
-        &[(init, emit::identity_map(rank))],
-        &vec![Iter::Parallel; rank],
-        |b, _| {
-            let zero = b.index(0)?;
-            let mut inside = None;
-            let mut at = Vec::with_capacity(rank);
-            for (d, &size) in sizes_in.iter().enumerate() {
-                let position = b.same("arith.subi", &[linalg_index(b, d)?, b.size(before[d])?])?;
-                let size = b.size(size)?;
-                let above = b.cmpi("sge", position, zero)?;
-                let below = b.cmpi("slt", position, size)?;
-                let here = b.same("arith.andi", &[above, below])?;
-                inside = Some(match inside {
-                    Some(all) => b.same("arith.andi", &[all, here])?,
-                    None => here,
-                });
-                let last = b.same("arith.subi", &[size, b.index(1)?])?;
-                let clamped = b.same("arith.minsi", &[position, last])?;
-                at.push(b.same("arith.maxsi", &[clamped, zero])?);
-            }
-            let mut operands = vec![reuse(source)];
-            operands.extend(at);
-            let read = b.op1("tensor.extract", &operands, b.elem_type(dtype)?, &[])?;
-            let fill = b.constant(value, dtype)?;
-            match inside {
-                Some(inside) => Ok(vec![b.select(inside, read, fill)?]),
-                None => Ok(vec![read]),
-            }
-        },
-    )?;
-    Ok(results[0])
 }
 
 // ---- reflection and replication padding ---------------------------------------------------
