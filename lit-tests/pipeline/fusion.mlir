@@ -169,3 +169,81 @@ func.func @shared_producer(%arg0: memref<4x8xf32>, %arg1: memref<4x4xf32>, %arg2
   bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<4x8xf32>, memref<4x8xf32>) -> ()
   return
 }
+
+// -----
+
+// A pooled tensor placed into a padded canvas that the next layer's lowering built after the
+// pool (columns 16 to 32, the rest zero): the canvas is built first, and the pool's -inf init
+// is a slice of it, so the pool computes into the canvas and no tensor of its own remains.
+// CHECK-LABEL: func.func @placed_after_its_producer(
+// CHECK:       %[[CANVAS:.*]] = bufferization.alloc_tensor() : tensor<4x32xf32>
+// CHECK:       %[[TAIL:.*]] = tensor.insert_slice %{{.*}} into %[[CANVAS]][0, 16] [4, 16] [1, 1]
+// CHECK:       %[[PART:.*]] = tensor.extract_slice %[[TAIL]][0, 0] [4, 16] [1, 1]
+// CHECK:       %[[INIT:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%[[PART]] : tensor<4x16xf32>)
+// CHECK-NOT:   tensor.empty() : tensor<4x16xf32>
+// CHECK:       %[[POOL:.*]] = linalg.generic {{.*}} outs(%[[INIT]] : tensor<4x16xf32>)
+// CHECK:       bufferization.materialize_in_destination %[[POOL]] in %[[PART]]
+#in = affine_map<(d0, d1, d2) -> (d0, d1 + d2)>
+#window = affine_map<(d0, d1, d2) -> (d2)>
+#out = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @placed_after_its_producer(%arg0: memref<4x18xf32>, %arg1: memref<4x32xf32>) {
+  %x = bufferization.to_tensor %arg0 restrict : memref<4x18xf32> to tensor<4x18xf32>
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<4x16xf32>
+  %init = linalg.fill ins(%ninf : f32) outs(%e : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %w = tensor.empty() : tensor<3xf32>
+  %pool = linalg.generic {indexing_maps = [#in, #window, #out], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x, %w : tensor<4x18xf32>, tensor<3xf32>) outs(%init : tensor<4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.maximumf %a, %o : f32
+    linalg.yield %m : f32
+  } -> tensor<4x16xf32>
+  %zero = arith.constant 0.0 : f32
+  %canvas = bufferization.alloc_tensor() : tensor<4x32xf32>
+  %tail = tensor.extract_slice %canvas[0, 16] [4, 16] [1, 1] : tensor<4x32xf32> to tensor<4x16xf32>
+  %tail0 = linalg.fill ins(%zero : f32) outs(%tail : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %c1 = tensor.insert_slice %tail0 into %canvas[0, 16] [4, 16] [1, 1] : tensor<4x16xf32> into tensor<4x32xf32>
+  %part = tensor.extract_slice %c1[0, 0] [4, 16] [1, 1] : tensor<4x32xf32> to tensor<4x16xf32>
+  %placed = bufferization.materialize_in_destination %pool in %part : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %c2 = tensor.insert_slice %placed into %c1[0, 0] [4, 16] [1, 1] : tensor<4x16xf32> into tensor<4x32xf32>
+  bufferization.materialize_in_destination %c2 in restrict writable %arg1 : (tensor<4x32xf32>, memref<4x32xf32>) -> ()
+  return
+}
+
+// -----
+
+// A concatenation of two computed parts: each part's destination is the concatenation with
+// the parts before it, so the destination of the second part, computed first here, holds the
+// first part, a computation after the second part's empty tensor: it is not moved (that
+// would move a computation), and the second part keeps a tensor of its own, copied in. The
+// first part computes into its slice.
+// CHECK-LABEL: func.func @placed_before_an_earlier_part(
+// CHECK:       %[[E:.*]] = tensor.empty() : tensor<4x8xf32>
+// CHECK:       %[[EXP:.*]] = linalg.generic {{.*}} outs(%[[E]] : tensor<4x8xf32>)
+// CHECK:         math.exp
+// CHECK:       %[[CAT:.*]] = bufferization.alloc_tensor() : tensor<8x8xf32>
+// CHECK:       %[[SLICE:.*]] = tensor.extract_slice %[[CAT]][0, 0] [4, 8] [1, 1]
+// CHECK:       %[[NEG:.*]] = linalg.generic {{.*}} outs(%[[SLICE]] : tensor<4x8xf32>)
+// CHECK:         arith.negf
+// CHECK:       %[[FIRST:.*]] = tensor.insert_slice %[[NEG]] into %[[CAT]][0, 0] [4, 8] [1, 1]
+// CHECK:       tensor.insert_slice %[[EXP]] into %[[FIRST]][4, 0] [4, 8] [1, 1]
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @placed_before_an_earlier_part(%arg0: memref<4x8xf32>, %arg1: memref<8x8xf32>) {
+  %x = bufferization.to_tensor %arg0 restrict : memref<4x8xf32> to tensor<4x8xf32>
+  %e1 = tensor.empty() : tensor<4x8xf32>
+  %exp = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e1 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %n = math.exp %in : f32
+    linalg.yield %n : f32
+  } -> tensor<4x8xf32>
+  %e0 = tensor.empty() : tensor<4x8xf32>
+  %neg = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x8xf32>) outs(%e0 : tensor<4x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %n = arith.negf %in : f32
+    linalg.yield %n : f32
+  } -> tensor<4x8xf32>
+  %cat = bufferization.alloc_tensor() : tensor<8x8xf32>
+  %first = tensor.insert_slice %neg into %cat[0, 0] [4, 8] [1, 1] : tensor<4x8xf32> into tensor<8x8xf32>
+  %both = tensor.insert_slice %exp into %first[4, 0] [4, 8] [1, 1] : tensor<4x8xf32> into tensor<8x8xf32>
+  bufferization.materialize_in_destination %both in restrict writable %arg1 : (tensor<8x8xf32>, memref<8x8xf32>) -> ()
+  return
+}

@@ -49,7 +49,7 @@
 // WORK:       func.func @product_then_tanh(
 // WORK:         vector.contract
 
-// BAD-WORK: error: invalid pass pipeline `mine`: no work `tiling`: fxmlir's stages with work of their own are expand, schedule, parallel, bufferize, outline, loops, llvm
+// BAD-WORK: error: invalid pass pipeline `mine`: no work `tiling`: fxmlir's stages with work of their own are expand, schedule, fusion, parallel, bufferize, outline, loops, llvm
 
 // `remove:STAGE` takes a stage out: with fusion gone, the elementwise op stays a generic of
 // its own after the product.

@@ -12,7 +12,7 @@ use melior::{
         Attribute, Block, BlockLike, Identifier, Location, Operation, OperationRef, Region,
         RegionLike, Type, Value, ValueLike,
         attribute::StringAttribute,
-        operation::{OperationBuilder, OperationLike, OperationMutLike, OperationResult},
+        operation::{OperationBuilder, OperationLike, OperationMutLike},
         r#type::TypeLike,
     },
 };
@@ -186,11 +186,6 @@ pub(super) fn internal(e: impl std::fmt::Display) -> Error {
 }
 
 /// Whether `a` comes before `b`, two ops of one block.
-fn is_before(a: OperationRef, b: OperationRef) -> bool {
-    // SAFETY: both are live ops, and the callers check that they are in the same block.
-    unsafe { mlir_sys::mlirOperationIsBeforeInBlock(a.to_raw(), b.to_raw()) }
-}
-
 impl<'c, 'a> Emit<'c, 'a> {
     pub fn ty(&self, text: &str) -> Result<Type<'c>> {
         Type::parse(self.context, text).ok_or_else(|| internal(format!("bad type `{text}`")))
@@ -592,86 +587,13 @@ impl<'c, 'a> Emit<'c, 'a> {
     /// A tensor of `shape` holding `value` everywhere in a buffer of its own: a `linalg.fill`
     /// of a `bufferization.alloc_tensor` (CSE merges equal fills of `tensor.empty`s into one
     /// value, and every tensor then written into it is written out of place, the fill copied
-    /// whole each time), defined before `before` is computed ([`Emit::define_before`]).
-    pub fn filled_before(
-        &self,
-        shape: &[i64],
-        dtype: DType,
-        value: Scalar,
-        before: Value<'c, 'a>,
-    ) -> Result<Value<'c, 'a>> {
+    /// whole each time). A tensor placed into it is computed there in place: the fusion stage
+    /// first moves the fill above that tensor's computation
+    /// ([`crate::pipeline`]'s `destinations`).
+    pub fn filled(&self, shape: &[i64], dtype: DType, value: Scalar) -> Result<Value<'c, 'a>> {
         let fill = self.constant(value, dtype)?;
         let buffer = self.alloc_tensor(shape, dtype)?;
-        let filled = self.named_linalg("linalg.fill", &[fill], buffer, &[])?;
-        self.define_before(&[fill, buffer, filled], before)?;
-        Ok(filled)
-    }
-
-    /// Moves the ops defining `values`, with the ops of this block they need that come after
-    /// the point, to just before the computation of `before` starts, when that is in this
-    /// block and not a graph input's `bufferization.to_tensor`: before the op defining it, or
-    /// for a tensor assembled by `tensor.insert_slice`s (a concatenation), before the earliest
-    /// of the op defining the tensor they insert into and the ops computing the inserted parts.
-    /// Whatever is written into the values afterwards from `before` (a convolution's canvas or
-    /// patch matrix holding its input, or the parts of its concatenated input) can then be
-    /// computed there in place: the fusion stage's empty-tensor elimination only points a
-    /// producer at a tensor defined before it, and the consumer's node lowers after the
-    /// producer's.
-    pub fn define_before(&self, values: &[Value<'c, 'a>], before: Value<'c, 'a>) -> Result<()> {
-        let defining = |v: Value<'c, 'a>| {
-            let op = OperationResult::try_from(v).ok()?.owner();
-            self.in_block(&op).then_some(op)
-        };
-        let Some(mut anchor) = defining(before) else {
-            return Ok(());
-        };
-        let mut earliest = anchor;
-        while anchor.name().as_string_ref().as_str() == Ok("tensor.insert_slice") {
-            if let Some(part) = anchor.operand(0).ok().and_then(defining)
-                && is_before(part, earliest)
-            {
-                earliest = part;
-            }
-            match anchor.operand(1).ok().and_then(defining) {
-                Some(into) => anchor = into,
-                None => break,
-            }
-        }
-        if is_before(anchor, earliest) {
-            earliest = anchor;
-        }
-        if earliest.name().as_string_ref().as_str() == Ok("bufferization.to_tensor") {
-            return Ok(());
-        }
-        for &v in values {
-            self.move_before(v, earliest)?;
-        }
-        Ok(())
-    }
-
-    /// Whether `op` is in the block this emits into.
-    fn in_block(&self, op: &OperationRef<'c, 'a>) -> bool {
-        op.block()
-            .is_some_and(|b| b.to_raw().ptr == self.block.to_raw().ptr)
-    }
-
-    /// Moves the op defining `value` before `anchor` (an op of this block) if it is in this
-    /// block and comes after it, its operands' ops first.
-    fn move_before(&self, value: Value<'c, 'a>, anchor: OperationRef<'c, 'a>) -> Result<()> {
-        let Ok(result) = OperationResult::try_from(value) else {
-            return Ok(());
-        };
-        let op = result.owner();
-        if !self.in_block(&op) || !is_before(anchor, op) {
-            return Ok(());
-        }
-        for i in 0..op.operand_count() {
-            self.move_before(op.operand(i).map_err(internal)?, anchor)?;
-        }
-        // SAFETY: both ops are live ops of this block; every operand of `op` is now defined
-        // before `anchor`.
-        unsafe { mlir_sys::mlirOperationMoveBefore(op.to_raw(), anchor.to_raw()) };
-        Ok(())
+        self.named_linalg("linalg.fill", &[fill], buffer, &[])
     }
 
     /// A size as an `index` value: a constant, or for a symbolic size (see

@@ -145,9 +145,6 @@ pub(super) fn computed_padded<'c, 'a>(
     };
     let computed = compute()?;
     let target = ctx.reshape(&part, &computed.shape)?;
-    // The destination before the computation, so that it is computed there in place (a
-    // concatenation's parts each write their share).
-    ctx.e.define_before(&[target.value], computed.value)?;
     let written = ctx.e.op1(
         "bufferization.materialize_in_destination",
         &[computed.value, target.value],

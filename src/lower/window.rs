@@ -197,7 +197,7 @@ pub(super) fn place<'c, 'a>(
                 "a canvas of symbolic sizes cannot crop its input (a padding beyond the window's reach; compile the graph for fixed sizes)",
             );
         }
-        let canvas = ctx.e.filled_before(shape, x.dtype, fill, x.value)?;
+        let canvas = ctx.e.filled(shape, x.dtype, fill)?;
         let value = ctx
             .e
             .insert_strided_slice(x.value, canvas, offsets, &x.shape, strides)?;
@@ -218,8 +218,8 @@ pub(super) fn place<'c, 'a>(
         first.push(lo);
         count.push((hi - lo).max(0));
     }
-    // A canvas of its own, defined before `x`'s producer, which can then write there.
-    let canvas = ctx.e.filled_before(shape, x.dtype, fill, x.value)?;
+    // A canvas of its own, which `x`'s producer then writes into (see `Emit::filled`).
+    let canvas = ctx.e.filled(shape, x.dtype, fill)?;
     if count.contains(&0) {
         return Ok(result(canvas));
     }

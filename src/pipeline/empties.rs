@@ -15,19 +15,17 @@
 //! anyway, and a buffer freed before it is handed out again by the kernels' allocator
 //! (`jit::alloc`, which keeps freed blocks by size class).
 
-use super::ir::ops::{for_each_result_use, op_name};
+use super::ir::ops::{computed_into, for_each_result_use, holder_in, op_name};
 use crate::error::Result;
 use melior::ir::{
     Module, OperationRef,
-    attribute::DenseI32ArrayAttribute,
     operation::{OperationLike, WalkOrder, WalkResult},
 };
 use mlir_sys::{
-    MlirBlock, MlirOperation, MlirValue, mlirBlockGetFirstOperation,
-    mlirBlockInsertOwnedOperationBefore, mlirOpResultGetOwner, mlirOpResultGetResultNumber,
-    mlirOperationClone, mlirOperationGetBlock, mlirOperationGetNextInBlock,
-    mlirOperationGetNumOperands, mlirOperationGetOperand, mlirOperationGetParentOperation,
-    mlirOperationGetResult, mlirOperationSetOperand, mlirValueIsAOpResult,
+    MlirBlock, MlirValue, mlirBlockGetFirstOperation, mlirBlockInsertOwnedOperationBefore,
+    mlirOpResultGetOwner, mlirOperationClone, mlirOperationGetBlock, mlirOperationGetNextInBlock,
+    mlirOperationGetNumOperands, mlirOperationGetOperand, mlirOperationGetResult,
+    mlirOperationSetOperand, mlirValueIsAOpResult,
 };
 use std::collections::HashMap;
 
@@ -84,9 +82,8 @@ pub fn split(module: &Module) -> Result<usize> {
 }
 
 /// The empty tensor among `given` that `value` is computed into, followed back through the
-/// destinations of structured ops (their `outs`), slices inserted (their destination) and
-/// views (their source), a few steps at most; `None` for an empty tensor itself (two outputs
-/// of one op cannot share a buffer).
+/// tensors ops compute into ([`computed_into`]) and views (their source), a few steps at most;
+/// `None` for an empty tensor itself (two outputs of one op cannot share a buffer).
 ///
 /// # Safety
 /// `value` is a live value.
@@ -95,30 +92,18 @@ unsafe fn destination_root(mut value: MlirValue, given: &[usize]) -> Option<Mlir
         if step > 0 && given.contains(&(value.ptr as usize)) {
             return Some(value);
         }
-        // SAFETY: `value` is live, so is the op defining it; operand indices are checked.
+        // SAFETY: `value` is live, so is the op defining it.
         unsafe {
             if !mlirValueIsAOpResult(value) {
                 return None;
             }
             let op = mlirOpResultGetOwner(value);
-            let result = mlirOpResultGetResultNumber(value) as isize;
-            let name = op_name(&OperationRef::from_raw(op));
-            let operand = match name.as_str() {
-                "tensor.insert_slice" => 1,
-                "tensor.extract_slice" | "tensor.expand_shape" | "tensor.collapse_shape" => 0,
-                _ if name.starts_with("linalg.") => {
-                    let segments = OperationRef::from_raw(op)
-                        .attribute("operandSegmentSizes")
-                        .ok()
-                        .and_then(|a| DenseI32ArrayAttribute::try_from(a).ok())?;
-                    segments.element(0).ok()? as isize + result
+            value = match op_name(&OperationRef::from_raw(op)).as_str() {
+                "tensor.extract_slice" | "tensor.expand_shape" | "tensor.collapse_shape" => {
+                    mlirOperationGetOperand(op, 0)
                 }
-                _ => return None,
+                _ => computed_into(value)?,
             };
-            if operand >= mlirOperationGetNumOperands(op) {
-                return None;
-            }
-            value = mlirOperationGetOperand(op, operand);
         }
     }
     None
@@ -139,22 +124,6 @@ unsafe fn positions(block: MlirBlock) -> HashMap<usize, usize> {
         }
     }
     order
-}
-
-/// `op` or the ancestor of it that lies in `block`.
-///
-/// # Safety
-/// `op` is a live op nested in `block`.
-unsafe fn holder_in(op: MlirOperation, block: MlirBlock) -> MlirOperation {
-    let mut current = op;
-    // SAFETY: `op` is live and within `block`, so walking up its parents reaches an op of
-    // `block` before a null op.
-    unsafe {
-        while mlirOperationGetBlock(current).ptr != block.ptr {
-            current = mlirOperationGetParentOperation(current);
-        }
-    }
-    current
 }
 
 #[cfg(test)]

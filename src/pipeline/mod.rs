@@ -6,6 +6,7 @@
 //! replays with stock `mlir-opt`), after them it erases the script.
 
 mod chains;
+mod destinations;
 mod empties;
 pub mod external;
 pub mod ir;
@@ -52,6 +53,10 @@ pub struct Stage {
 pub enum Hook {
     /// Passes only.
     None,
+    /// `destinations::hoist` before the passes: a destination a computed tensor is placed in
+    /// is built before the empty tensor that tensor is computed into, so that
+    /// `eliminate-empty-tensors` computes it in place.
+    Fusion,
     /// [`decompositions::expand`] before the passes: each op of fxmlir's dialect becomes its
     /// decomposition's body.
     Expand,
@@ -123,6 +128,7 @@ impl Hook {
                 Ok(empties::split(module)? + materialized::reroute(context, module)?)
             }
             Hook::Expand => decompositions::expand(module),
+            Hook::Fusion => destinations::hoist(module),
             Hook::Schedule => schedule::attach(context, module, target),
             Hook::Parallel => parallel::attach(context, module, target),
             Hook::Outline => outline::outline(context, module),
@@ -179,7 +185,12 @@ impl Hook {
                     "window loops marked for full unrolling, exp and erf inlined, vector math made libmvec calls"
                 );
             }
-            Hook::None | Hook::Expand | Hook::Outline | Hook::Patterns(_) | Hook::External(_) => {}
+            Hook::None
+            | Hook::Expand
+            | Hook::Fusion
+            | Hook::Outline
+            | Hook::Patterns(_)
+            | Hook::External(_) => {}
         }
         Ok(())
     }
@@ -195,7 +206,9 @@ const EXPAND: Stage = Stage {
 };
 
 /// Fuse elementwise producers into consumers on tensors, then make each graph output's producer
-/// write straight into the output buffer, then clean up. `eliminate-empty-tensors` runs after
+/// write straight into the output buffer, and each tensor placed into part of a larger one
+/// (a padded canvas, a concatenation) write straight into that part ([`Hook::Fusion`] first
+/// builds those destinations early enough), then clean up. `eliminate-empty-tensors` runs after
 /// fusion (which gives elementwise ops fresh `tensor.empty` inits) and before any CSE: once
 /// CSE has merged the `tensor.empty`/`linalg.fill` inits of two reductions, both would write
 /// the one output buffer and one-shot analysis misses the conflict, so one reduction would
@@ -205,7 +218,7 @@ const FUSION: Stage = Stage {
     pipeline: Cow::Borrowed(
         "builtin.module(func.func(linalg-fuse-elementwise-ops),eliminate-empty-tensors,canonicalize,cse)",
     ),
-    hook: Hook::None,
+    hook: Hook::Fusion,
 };
 
 /// Tile and vectorise matrix products with the transform schedule [`schedule::attach`]

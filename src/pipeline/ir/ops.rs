@@ -1,6 +1,7 @@
 //! Queries of single ops, values and types: an op's name, the static shape of a tensor,
 //! vector or memref value, an index constant's value, a value's sole use.
 
+use melior::ir::attribute::DenseI32ArrayAttribute;
 use melior::ir::{
     Attribute, OperationRef, Type, Value, ValueLike,
     attribute::{ArrayAttribute, AttributeLike, IntegerAttribute},
@@ -9,13 +10,15 @@ use melior::ir::{
     r#type::{MemRefType, TypeLike},
 };
 use mlir_sys::{
-    MlirOperation, mlirAffineMapAttrGetValue, mlirAffineMapIsIdentity, mlirAttributeIsAAffineMap,
-    mlirAttributeIsABool, mlirBoolAttrGetValue, mlirLLVMPointerTypeGetAddressSpace,
-    mlirMemRefTypeGetLayout, mlirMemRefTypeGetMemorySpace, mlirOpOperandGetNextUse,
-    mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner, mlirOpOperandIsNull,
-    mlirOperationGetNumResults, mlirOperationGetParentOperation, mlirOperationGetResult,
-    mlirShapedTypeGetDimSize, mlirShapedTypeGetElementType, mlirShapedTypeGetRank,
-    mlirTypeIsALLVMPointerType, mlirTypeIsAVector, mlirValueGetFirstUse, mlirVectorTypeIsScalable,
+    MlirBlock, MlirOperation, MlirValue, mlirAffineMapAttrGetValue, mlirAffineMapIsIdentity,
+    mlirAttributeIsAAffineMap, mlirAttributeIsABool, mlirBoolAttrGetValue,
+    mlirLLVMPointerTypeGetAddressSpace, mlirMemRefTypeGetLayout, mlirMemRefTypeGetMemorySpace,
+    mlirOpOperandGetNextUse, mlirOpOperandGetOperandNumber, mlirOpOperandGetOwner,
+    mlirOpOperandIsNull, mlirOpResultGetOwner, mlirOpResultGetResultNumber, mlirOperationGetBlock,
+    mlirOperationGetNumOperands, mlirOperationGetNumResults, mlirOperationGetOperand,
+    mlirOperationGetParentOperation, mlirOperationGetResult, mlirShapedTypeGetDimSize,
+    mlirShapedTypeGetElementType, mlirShapedTypeGetRank, mlirTypeIsALLVMPointerType,
+    mlirTypeIsAVector, mlirValueGetFirstUse, mlirValueIsAOpResult, mlirVectorTypeIsScalable,
 };
 
 pub fn op_name(op: &OperationRef) -> String {
@@ -217,4 +220,55 @@ pub unsafe fn for_each_result_use(
             }
         }
     }
+}
+
+/// The tensor the op result `value` is computed into (its buffer, once bufferised): a
+/// structured op's init, an inserted slice's destination, a loop's initial value; `None` for
+/// other ops and block arguments.
+///
+/// # Safety
+/// `value` is a live value.
+pub unsafe fn computed_into(value: MlirValue) -> Option<MlirValue> {
+    // SAFETY: `value` is live, so is the op defining it; operand indices are checked.
+    unsafe {
+        if !mlirValueIsAOpResult(value) {
+            return None;
+        }
+        let op = mlirOpResultGetOwner(value);
+        let result = mlirOpResultGetResultNumber(value) as isize;
+        let operands = mlirOperationGetNumOperands(op);
+        let name = op_name(&OperationRef::from_raw(op));
+        let operand = match name.as_str() {
+            "tensor.insert_slice" => 1,
+            "scf.for" => 3 + result,
+            "scf.forall" => operands - mlirOperationGetNumResults(op) + result,
+            _ if name.starts_with("linalg.") => {
+                let segments = OperationRef::from_raw(op)
+                    .attribute("operandSegmentSizes")
+                    .ok()
+                    .and_then(|a| DenseI32ArrayAttribute::try_from(a).ok())?;
+                segments.element(0).ok()? as isize + result
+            }
+            _ => return None,
+        };
+        (0..operands)
+            .contains(&operand)
+            .then(|| mlirOperationGetOperand(op, operand))
+    }
+}
+
+/// `op` or the ancestor of it that lies in `block`.
+///
+/// # Safety
+/// `op` is a live op nested in `block`.
+pub unsafe fn holder_in(op: MlirOperation, block: MlirBlock) -> MlirOperation {
+    let mut current = op;
+    // SAFETY: `op` is live and within `block`, so walking up its parents reaches an op of
+    // `block` before a null op.
+    unsafe {
+        while mlirOperationGetBlock(current).ptr != block.ptr {
+            current = mlirOperationGetParentOperation(current);
+        }
+    }
+    current
 }
