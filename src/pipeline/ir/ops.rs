@@ -1,10 +1,9 @@
 //! Queries of single ops, values and types: an op's name, the static shape of a tensor,
 //! vector or memref value, an index constant's value, a value's sole use.
 
-use melior::ir::attribute::DenseI32ArrayAttribute;
 use melior::ir::{
     Attribute, OperationRef, Type, Value, ValueLike,
-    attribute::{ArrayAttribute, AttributeLike, IntegerAttribute},
+    attribute::{ArrayAttribute, AttributeLike, DenseI32ArrayAttribute, IntegerAttribute},
     operation::{OperationLike, OperationResult},
     r#type::{DimSize, RankedTensorType, ShapedTypeLike},
     r#type::{MemRefType, TypeLike},
