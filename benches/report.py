@@ -581,7 +581,8 @@ def real_table(results: dict[str, Any]) -> list[str]:
     )
     notes = [
         "GFLOP per call: `torch.utils.flop_counter` on one eager call (products, convolutions, "
-        "attention; 2 per multiply-add). FMA peak: `fxmlir.fma_peak()` in the same process, "
+        "attention; 2 per multiply-add; `nn.MultiheadAttention`'s fused fast path off, whose op "
+        "it does not count). FMA peak: `fxmlir.fma_peak()` in the same process, "
         "just after the timed calls (register FMAs on the target's widest vectors, every "
         "thread).",
         "",
