@@ -185,7 +185,6 @@ pub(super) fn internal(e: impl std::fmt::Display) -> Error {
     lowering_error(format!("internal IR construction error: {e}"))
 }
 
-/// Whether `a` comes before `b`, two ops of one block.
 impl<'c, 'a> Emit<'c, 'a> {
     pub fn ty(&self, text: &str) -> Result<Type<'c>> {
         Type::parse(self.context, text).ok_or_else(|| internal(format!("bad type `{text}`")))

@@ -32,9 +32,9 @@ use melior::ir::{
 };
 use mlir_sys::{
     MlirOperation, MlirValue, mlirOpResultGetOwner, mlirOperationGetBlock,
-    mlirOperationGetNumOperands, mlirOperationGetOperand, mlirOperationGetParentOperation,
-    mlirOperationGetResult, mlirOperationIsBeforeInBlock, mlirOperationMoveBefore, mlirTypeEqual,
-    mlirValueGetType, mlirValueIsAOpResult, mlirValueReplaceAllUsesOfWith,
+    mlirOperationGetNumOperands, mlirOperationGetOperand, mlirOperationGetResult,
+    mlirOperationIsBeforeInBlock, mlirOperationMoveBefore, mlirTypeEqual, mlirValueGetType,
+    mlirValueIsAOpResult, mlirValueReplaceAllUsesOfWith,
 };
 use std::collections::HashSet;
 
@@ -72,7 +72,7 @@ pub fn hoist(module: &Module) -> Result<usize> {
     });
     // Materialisations first: a concatenation materialised in a canvas becomes the canvas'
     // part before its parts' insertions are looked at, whose destinations then lead to it.
-    placements.sort_by_key(|&op| {
+    placements.sort_by_cached_key(|&op| {
         // SAFETY: `op` is a live op collected above.
         op_name(&unsafe { OperationRef::from_raw(op) }) == "tensor.insert_slice"
     });
@@ -105,10 +105,12 @@ unsafe fn hoist_destination(placement: MlirOperation) -> bool {
         }
         let block = mlirOperationGetBlock(placement);
         let built = mlirOpResultGetOwner(destination);
-        if mlirOperationGetBlock(built).ptr != block.ptr || !nested_in_block(empty, block) {
+        let Some(anchor) = holder_in(empty, block) else {
+            return false;
+        };
+        if mlirOperationGetBlock(built).ptr != block.ptr {
             return false;
         }
-        let anchor = holder_in(empty, block);
         let moved = !mlirOperationIsBeforeInBlock(built, anchor);
         if moved {
             let Some(mut construction) = construction(built, anchor) else {
@@ -201,22 +203,4 @@ unsafe fn empty_root(mut value: MlirValue) -> Option<MlirOperation> {
             value = computed_into(value)?;
         }
     }
-}
-
-/// Whether `op` lies in `block`, directly or nested in one of its ops.
-///
-/// # Safety
-/// `op` is a live op.
-unsafe fn nested_in_block(op: MlirOperation, block: mlir_sys::MlirBlock) -> bool {
-    let mut current = op;
-    // SAFETY: `op` is live; walking up its parents ends at a null op.
-    unsafe {
-        while !current.ptr.is_null() {
-            if mlirOperationGetBlock(current).ptr == block.ptr {
-                return true;
-            }
-            current = mlirOperationGetParentOperation(current);
-        }
-    }
-    false
 }

@@ -55,7 +55,8 @@ pub fn split(module: &Module) -> Result<usize> {
         unsafe {
             let block = mlirOperationGetBlock(empty);
             let order = positions(block);
-            let at = |user| order.get(&(holder_in(user, block).ptr as usize)).copied();
+            let at =
+                |user| holder_in(user, block).and_then(|h| order.get(&(h.ptr as usize)).copied());
             uses.sort_by_key(|&(user, _)| at(user));
             // The empty tensors given out so far (the original first).
             let mut given = vec![mlirOperationGetResult(empty, 0).ptr as usize];
@@ -63,11 +64,12 @@ pub fn split(module: &Module) -> Result<usize> {
                 let kept = (0..mlirOperationGetNumOperands(user))
                     .filter(|&i| i != index)
                     .find_map(|i| destination_root(mlirOperationGetOperand(user, i), &given));
-                let value = match kept {
-                    Some(value) => value,
-                    None => {
+                let value = match (kept, holder_in(user, block)) {
+                    (Some(value), _) => value,
+                    (None, None) => continue,
+                    (None, Some(holder)) => {
                         let copy = mlirOperationClone(empty);
-                        mlirBlockInsertOwnedOperationBefore(block, holder_in(user, block), copy);
+                        mlirBlockInsertOwnedOperationBefore(block, holder, copy);
                         copies += 1;
                         let value = mlirOperationGetResult(copy, 0);
                         given.push(value.ptr as usize);

@@ -256,18 +256,20 @@ pub unsafe fn computed_into(value: MlirValue) -> Option<MlirValue> {
     }
 }
 
-/// `op` or the ancestor of it that lies in `block`.
+/// `op` or the ancestor of it that lies in `block`; `None` if `op` is not within `block`.
 ///
 /// # Safety
-/// `op` is a live op nested in `block`.
-pub unsafe fn holder_in(op: MlirOperation, block: MlirBlock) -> MlirOperation {
+/// `op` is a live op.
+pub unsafe fn holder_in(op: MlirOperation, block: MlirBlock) -> Option<MlirOperation> {
     let mut current = op;
-    // SAFETY: `op` is live and within `block`, so walking up its parents reaches an op of
-    // `block` before a null op.
+    // SAFETY: `op` is live; walking up its parents ends at a null op.
     unsafe {
-        while mlirOperationGetBlock(current).ptr != block.ptr {
+        while !current.ptr.is_null() {
+            if mlirOperationGetBlock(current).ptr == block.ptr {
+                return Some(current);
+            }
             current = mlirOperationGetParentOperation(current);
         }
     }
-    current
+    None
 }
