@@ -18,6 +18,12 @@ pub const BATCHED_PAIR_MAPS: &str = "[affine_map<(d0, d1, d2, d3, d4) -> (d0, d1
 /// columns` (`m x n` in memory).
 pub const PANEL_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d3)>, affine_map<(d0, d1, d2, d3) -> (d1, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]";
 
+/// The indexing maps of a `linalg.batch_matmul` whose left operand is shared by every batch
+/// entry (loops `batch, m, n, k`: `m x k`, `batch x k x n`, `batch x m x n`): a convolution of
+/// several images as one product per image by the same weight (see
+/// `lower::conv::im2col_product`), which the schedule tiles as any batched product.
+pub const SHARED_LEFT_BATCH_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]";
+
 /// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
 /// the columns of a pairs product's register tile come in groups of this many, and its right
 /// operand gets zero columns up to a multiple of it, which its result drops again. A

@@ -27,7 +27,7 @@ use crate::error::Result;
 use crate::graph::{DType, Node, TensorMeta, dims as sizes};
 use crate::pipeline::ir::maps::affine_map;
 use crate::target::Target;
-use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, PAIR_LANES};
+use crate::tuning::{MIN_PARALLEL_PRODUCT_WORK, PAIR_LANES, SHARED_LEFT_BATCH_MAPS};
 use melior::ir::Value;
 
 /// Input and output channels per group from which a grouped convolution is a batched matrix
@@ -338,7 +338,7 @@ fn lower_convolution<'c, 'a>(
         dilation: &dilation,
     };
     let (sum, read_sum) = if product {
-        let product = if let Some(shifted) = shifted {
+        if let Some(shifted) = shifted {
             // A cropped kernel has fewer taps than the tap-major weight the graph hands over.
             let tap_major = if cropped_taps {
                 None
@@ -346,11 +346,11 @@ fn lower_convolution<'c, 'a>(
                 tap_major_weight(ctx, node, nd)?
             };
             let weight = (tap_major.as_ref(), &weight);
-            shifted_products(ctx, &geometry, &padded, weight, acc, shifted.columns)?
+            let product = shifted_products(ctx, &geometry, &padded, weight, acc, shifted.columns)?;
+            as_output(ctx, product, &expected)?
         } else {
             im2col_product(ctx, &geometry, &padded, &weight, acc)?
-        };
-        as_output(ctx, product, &expected)?
+        }
     } else {
         let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
         (ctx.reshape(&sum, &expected)?, emit::identity_map(nd + 2))
@@ -430,8 +430,7 @@ fn symbolic_correlation<'c, 'a>(
         dilation,
     };
     if product {
-        let product = im2col_product(ctx, &geometry, &padded, &weight, acc)?;
-        return as_output(ctx, product, &out.shape);
+        return im2col_product(ctx, &geometry, &padded, &weight, acc);
     }
     let sum = direct_correlation(ctx, &geometry, &padded, &weight, acc)?;
     Ok((ctx.reshape(&sum, &out.shape)?, emit::identity_map(nd + 2)))
@@ -1230,19 +1229,51 @@ fn tap_major_weight<'c, 'a>(
     Ok(Some(ctx.tensor(permute, 0)?))
 }
 
+/// Columns of one image's output from which a convolution of several images without groups
+/// is one product per image by the same weight ([`per_image_product`]) rather than one
+/// product over every image's columns, which reads its input and writes its sum channel-major
+/// (`[c, n, …]`, `[cout, n, …]`) and so costs a transposition on either side. Narrower
+/// images keep the one product: ResNet-50's 14 x 14 outputs, 196 columns an image, took
+/// longer per image (a short last column tile in each) than the transpositions saved.
+const PER_IMAGE_MIN_COLUMNS: i64 = 512;
+
+/// The output columns of one image when a convolution of `geo` is [`per_image_product`]: a
+/// fixed batch of several images (a symbolic one is a loop over images, each a convolution
+/// of one), no groups, fixed output sizes of at least [`PER_IMAGE_MIN_COLUMNS`] an image.
+fn per_image_columns(geo: &Geometry<'_>) -> Option<i64> {
+    let fixed =
+        !sizes::is_symbolic(geo.batch) && geo.out_spatial.iter().all(|&d| !sizes::is_symbolic(d));
+    if !fixed || geo.groups != 1 || geo.batch == 1 {
+        return None;
+    }
+    let columns = geo.out_spatial.iter().product::<i64>();
+    (columns >= PER_IMAGE_MIN_COLUMNS).then_some(columns)
+}
+
+/// Whether a convolution of `geo` over `padded` (of `padded_dtype`) multiplies its input as
+/// it lies: a 1 x 1 kernel at stride 1 with nothing to convert, whose input's channels and
+/// positions are its patch matrix's rows and columns.
+fn pointwise(geo: &Geometry<'_>, padded_dtype: DType, acc: DType) -> bool {
+    geo.kernel.iter().all(|&k| k == 1) && geo.stride.iter().all(|&s| s == 1) && padded_dtype == acc
+}
+
 /// Float convolution as a matrix product: the patches
 /// `p[g, (c, k…), (n, o…)] = x[n, g, c, o·s + k·d]` (converted to `acc`) and the weight as
 /// [g, cout / g, c·k…] give `w @ p`, [cout, n, o…]: one `linalg.matmul` without groups, one
-/// `linalg.batch_matmul` over the groups with them. A pointwise convolution of one image (a
-/// 1 x 1 kernel, stride 1, no groups, nothing to convert) multiplies the input itself, whose
-/// layout [c, (h, w)] is its patch matrix.
+/// `linalg.batch_matmul` over the groups with them. A pointwise convolution of one image
+/// multiplies the input itself, whose layout [c, (h, w)] is its patch matrix. Several images
+/// with wide enough outputs are [`per_image_product`]. Returns the sum and the map that reads
+/// it as the output `[n, cout, o…]` (see [`epilogue`]).
 fn im2col_product<'c, 'a>(
     ctx: &LowerCtx<'c, 'a>,
     geo: &Geometry<'_>,
     padded: &Tensor<'c, 'a>,
     weight: &Tensor<'c, 'a>,
     acc: DType,
-) -> Result<Tensor<'c, 'a>> {
+) -> Result<(Tensor<'c, 'a>, String)> {
+    if let Some(columns) = per_image_columns(geo) {
+        return per_image_product(ctx, geo, padded, weight, (acc, columns));
+    }
     let (taps, columns) = patch_sizes(geo)?;
     // Without groups, no group loop: the patches and the product are plain matrices.
     let lead: Vec<i64> = if geo.groups > 1 {
@@ -1251,12 +1282,7 @@ fn im2col_product<'c, 'a>(
         vec![]
     };
     let g = lead.len();
-    let pointwise = geo.batch == 1
-        && g == 0
-        && geo.kernel.iter().all(|&k| k == 1)
-        && geo.stride.iter().all(|&s| s == 1)
-        && padded.dtype == acc;
-    let patches = if pointwise {
+    let patches = if geo.batch == 1 && g == 0 && pointwise(geo, padded.dtype, acc) {
         // The input, materialized in the padded matrix: a producer the fusion stage can point
         // there (a concatenation's parts) writes there; any other is copied there, as before.
         let multiple = patch_columns(ctx.target, acc);
@@ -1286,7 +1312,57 @@ fn im2col_product<'c, 'a>(
     };
     let mut shape = vec![geo.out_channels, geo.batch];
     shape.extend(geo.out_spatial);
-    ctx.reshape(&first_entries(ctx, &product, g + 1, columns)?, &shape)
+    let product = ctx.reshape(&first_entries(ctx, &product, g + 1, columns)?, &shape)?;
+    let mut expected = vec![geo.batch, geo.out_channels];
+    expected.extend(geo.out_spatial);
+    as_output(ctx, product, &expected)
+}
+
+/// A convolution of several images, without groups, as one product per image by the same
+/// weight `[cout, (c, k…)]`: a `linalg.batch_matmul` over [`SHARED_LEFT_BATCH_MAPS`] of the
+/// images' patch matrices `[n, (c, k…), (o…)]` (`columns` per image), whose sum
+/// `[n, cout, (o…)]` is the output's layout. A pointwise one multiplies the input where it
+/// lies; any other gathers each image's patches. The schedule cuts the batch across the
+/// threads when it divides (see `pipeline::schedule`'s thread chunks).
+fn per_image_product<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    geo: &Geometry<'_>,
+    padded: &Tensor<'c, 'a>,
+    weight: &Tensor<'c, 'a>,
+    (acc, columns): (DType, i64),
+) -> Result<(Tensor<'c, 'a>, String)> {
+    let nd = geo.kernel.len();
+    let (depth, _) = patch_sizes(geo)?;
+    let matrix = [geo.batch, depth, columns];
+    let patches = if pointwise(geo, padded.dtype, acc) {
+        ctx.reshape(padded, &matrix)?
+    } else {
+        // Loops: n, c, k…, o….
+        let mut read = dims([0, 1]);
+        read.extend(taps(geo.stride, geo.dilation, |i| 2 + nd + i, |i| 2 + i));
+        let mut shape = vec![geo.batch, geo.in_per_group];
+        shape.extend(geo.kernel);
+        shape.extend(geo.out_spatial);
+        ctx.reshape(&gather(ctx, padded, &read, shape, acc)?, &matrix)?
+    };
+    let weight = ctx.cast(&ctx.reshape(weight, &[geo.out_channels, depth])?, acc)?;
+    let shape = vec![geo.batch, geo.out_channels, columns];
+    let zero = ctx.e.splat(&shape, acc, Scalar::Int(0))?;
+    let maps = ctx.e.attr(SHARED_LEFT_BATCH_MAPS)?;
+    let value = ctx.e.named_linalg(
+        "linalg.batch_matmul",
+        &[weight.value, patches.value],
+        zero,
+        &[("indexing_maps", maps)],
+    )?;
+    let mut expected = vec![geo.batch, geo.out_channels];
+    expected.extend(geo.out_spatial);
+    let sum = Tensor {
+        value,
+        shape,
+        dtype: acc,
+    };
+    Ok((ctx.reshape(&sum, &expected)?, emit::identity_map(nd + 2)))
 }
 
 /// The rows (`(c, k…)`, a group's) and columns (`(n, o…)`) of a convolution's patch matrix.

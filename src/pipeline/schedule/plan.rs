@@ -5,7 +5,10 @@ use super::model::*;
 use crate::pipeline::ir::maps::elementwise_maps;
 use crate::pipeline::ir::ops::{op_name, raw_value, tensor_dims, tensor_sizes};
 use crate::target::Target;
-use crate::tuning::{BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, PANEL_MAPS, SYMBOLIC_PLANNING_SIZE};
+use crate::tuning::{
+    BATCHED_PAIR_MAPS, PAIR_LANES, PAIR_MAPS, PANEL_MAPS, SHARED_LEFT_BATCH_MAPS,
+    SYMBOLIC_PLANNING_SIZE,
+};
 use melior::ir::{
     Module,
     operation::{OperationLike, WalkOrder, WalkResult},
@@ -224,15 +227,21 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
     } else {
         "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]"
     };
+    // A batched product may share its left operand across the batch (one weight, several
+    // images): its tiles read the same rows in every batch entry.
+    let maps = op.attribute("indexing_maps").ok().map(|m| m.to_string());
+    let shared_left = batched && maps.as_deref() == Some(SHARED_LEFT_BATCH_MAPS);
     if op.operand_count() != 3
         || op.result_count() != 1
-        || op
-            .attribute("indexing_maps")
-            .is_ok_and(|maps| maps.to_string() != default_maps)
+        || maps.is_some_and(|maps| maps != default_maps && !shared_left)
     {
         return None;
     }
-    let (a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    let (mut a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    if shared_left {
+        let (b, _) = tensor_sizes(op.operand(1).ok()?)?;
+        a.insert(0, *b.first()?);
+    }
     let (b, tb) = tensor_sizes(op.operand(1).ok()?)?;
     let (c, tc) = tensor_sizes(op.operand(2).ok()?)?;
     // Half-precision operands accumulate in f32 (the product's own element): they are
