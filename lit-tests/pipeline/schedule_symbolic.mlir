@@ -175,3 +175,36 @@ func.func @symbolic_columns(%q: tensor<1x64xf32>, %k: tensor<64x?xf32>, %out: te
   %r = linalg.matmul ins(%q, %k : tensor<1x64xf32>, tensor<64x?xf32>) outs(%out : tensor<1x?xf32>) -> tensor<1x?xf32>
   return %r : tensor<1x?xf32>
 }
+
+// -----
+
+// Symbolic columns under 64 fixed rows (a convolution's patches over images whose sizes
+// Dynamo made symbolic): a chunk of columns per thread; the column tile loop outside the
+// rows', peeled. Each full 32-wide column tile's right operand is packed once into a 576 x 32
+// panel, which the 8-row tiles inside read; the rest (fewer than 32 columns) reads the
+// operand where it lies, a column at a time.
+// CHECK-DAG:   #[[$MAIN:.*]] = affine_map<()[s0] -> ((s0 floordiv 32) * 32)>
+// CHECK-LABEL: func.func @column_panels(
+// CHECK-SAME:    %[[W:[^:]*]]: tensor<64x576xf32>{{[^,]*}}, %[[P:[^:]*]]: tensor<576x?xf32>
+// CHECK-NOT:     linalg.matmul
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           %[[END:.*]] = affine.apply #[[$MAIN]]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[END]] step %c32
+// CHECK:             %[[PANEL:.*]] = scf.for {{.*}} -> (tensor<576x32xf32>)
+// CHECK:               vector.transfer_read %[[P]]{{.*}} : tensor<576x?xf32>, vector<8x32xf32>
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %c64 step %c8
+// CHECK:               vector.transfer_read %[[PANEL]]{{.*}} : tensor<576x32xf32>, vector<4x32xf32>
+// CHECK:               vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:           scf.for %{{.*}} = %[[END]] to %{{.*}} step %c32
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %c64 step %c8
+// CHECK:               scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1
+// CHECK:                 vector.transfer_read %[[P]]{{.*}} : tensor<576x?xf32>, vector<4x1xf32>
+func.func @column_panels(%w: tensor<64x576xf32>, %p: tensor<576x?xf32>) -> tensor<64x?xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %p, %c1 : tensor<576x?xf32>
+  %e = tensor.empty(%n) : tensor<64x?xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x?xf32>) -> tensor<64x?xf32>
+  %r = linalg.matmul ins(%w, %p : tensor<64x576xf32>, tensor<576x?xf32>) outs(%f : tensor<64x?xf32>) -> tensor<64x?xf32>
+  return %r : tensor<64x?xf32>
+}

@@ -4,6 +4,7 @@ others compile per size. Every call is compared with eager PyTorch; the compile 
 the kernels."""
 
 import logging
+import re
 
 import fxmlir
 import pytest
@@ -496,6 +497,41 @@ def test_a_conv_net_with_symbolic_image_sizes_compiles_once(batch):
             x = torch.randn(batch or 2 + k, 3, h, w)
             torch.testing.assert_close(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
     assert [bool(r.symbols) for r in _kernels(start)] == [True]
+
+
+def test_convolutions_over_symbolic_image_sizes_pack_their_column_tiles(tmp_path):
+    """Under ``dynamic=True`` a convolution's product has symbolic columns (its images'
+    pixels) under fixed rows (its output channels): each thread takes a chunk of the columns,
+    tiles them outside the rows and packs each full column tile into a panel that the row
+    tiles read; the last columns (fewer than a tile) are read where they lie. Image sizes
+    whose pixels are and are not whole tiles on each thread, batches of several sizes, one
+    kernel, each call as eager computes it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 24, 1),
+        torch.nn.Conv2d(24, 16, 3, stride=2, padding=1),
+    ).eval()
+    compiled = torch.compile(model, backend="fxmlir", dynamic=True)
+    start = latest()
+    settings = {"fallback": "error", "background": False, "specializations": 0}
+    # AVX2 on two threads, whichever the host: 4 x 16 tiles, a chunk of columns a thread.
+    target = "x86-64-v3,threads=2"
+    with torch.no_grad(), fxmlir.config.patch(dump_dir=str(tmp_path), target=target, **settings):
+        for batch, h, w in [(2, 18, 32), (3, 13, 17), (4, 40, 24), (2, 5, 7)]:
+            x = torch.randn(batch, 16, h, w)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert [bool(r.symbols) for r in _kernels(start)] == [True]
+    scripts = "".join(p.read_text() for p in tmp_path.glob("*.02-schedule.transform.mlir"))
+    packed = re.findall(
+        r"matmul \d+x\d+x\? f32: thread chunks \[0, 2\] \(threads\), tile 4x16, k step \d+, "
+        r"k block none, right operand packed, columns peeled",
+        scripts,
+    )
+    assert len(packed) == 3, scripts
+    assert scripts.count("by 1 loops") == 3, scripts
 
 
 def test_padding_by_amounts_computed_from_sizes_compiles_once():

@@ -82,7 +82,8 @@ pub struct Problem {
     pub dynamic_rows: bool,
     /// Whether the columns are symbolic (`q @ kᵀ` over a growing cache, a weight whose sizes
     /// Dynamo made symbolic): their register tile loop is peeled into full tiles and a rest of
-    /// single columns; the right operand is never packed.
+    /// single columns; the right operand is packed only when the columns go outside the rows
+    /// ([`Problem::columns_outside_rows`]).
     pub dynamic_columns: bool,
     /// Whether the reduction is symbolic (`p @ v` over a growing cache): it advances one step
     /// at a time, unblocked and unpacked.
@@ -90,6 +91,19 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// Whether the columns are symbolic under fixed rows, without a batch or a symbolic
+    /// reduction, in f32 or f64: a convolution's patches over images whose sizes Dynamo made
+    /// symbolic. Such a product is cut across the threads by columns and register-tiled with
+    /// its columns outside its rows, each full column tile's right operand packed into one
+    /// panel (see `PlannedProduct::column_panels`).
+    pub fn columns_outside_rows(&self) -> bool {
+        self.dynamic_columns
+            && !self.dynamic_rows
+            && !self.dynamic_reduction
+            && self.batch.is_none()
+            && matches!(self.element, Element::F32 | Element::F64)
+    }
+
     /// The shape as the schedule's locations show it (`?` for a symbolic size).
     pub fn describe(&self) -> String {
         let size = |d: i64, dynamic: bool| {
@@ -363,6 +377,11 @@ pub fn chunks(p: &Problem, threads: i64, target: &Target) -> Option<Chunks> {
         !p.dynamic_columns && streams && p.n % (threads * granule) == 0 && p.n / threads >= lanes,
     );
     if p.dynamic_columns {
+        // Columns tiled outside the rows are cut by columns: each thread packs the panels
+        // of its own columns (cut by rows, each would pack them all).
+        if p.columns_outside_rows() {
+            return by_column_threads();
+        }
         return by_rows.flatten().or_else(by_column_threads);
     }
     if p.n >= p.m {

@@ -52,6 +52,9 @@ impl PlannedProduct {
     /// register tile, the copy costs a read and a write of the right operand more.
     pub(super) fn packs(&self, rows: i64, nr: i64) -> bool {
         let p = &self.problem;
+        if p.dynamic_columns {
+            return self.column_panels() && nr == self.tiles.nr;
+        }
         let min_rows = match self.tiles.kc {
             Some(_) => PACK_MIN_ROWS,
             None if p.dynamic_rows => self.tiles.mr,
@@ -63,6 +66,17 @@ impl PlannedProduct {
             && nr == self.tiles.nr
             && rows >= min_rows
             && p.k.saturating_mul(p.n).saturating_mul(p.element.bytes()) > PACK_MIN_RIGHT_BYTES
+    }
+
+    /// Whether a product over symbolic columns ([`Problem::columns_outside_rows`]) is tiled
+    /// with its columns outside its rows, each full column tile's right operand (`k x nr`)
+    /// packed into one panel that every row tile of that column tile reads
+    /// (`script::emit_column_panels`): for rows of at least [`COLUMN_PANEL_MIN_TILES`] register
+    /// tiles. Read in place, the right operand's rows are a row of patches apart (a
+    /// convolution's patch matrix over every column of an image): every row of a tile in
+    /// another page, no prefetcher following.
+    pub(super) fn column_panels(&self) -> bool {
+        self.problem.columns_outside_rows() && self.rows() >= COLUMN_PANEL_MIN_TILES * self.tiles.mr
     }
 
     /// The rows of a product after its last full register tile (`tiles.m_split`), when they
@@ -125,6 +139,10 @@ pub(super) const PACK_MIN_ROWS: i64 = 16;
 /// read repays it. With 16 rows, small_convnet's first convolution (`16 x 27 x 8192`, four
 /// tiles per panel) took 17% longer packed.
 pub(super) const UNBLOCKED_PACK_MIN_TILES: i64 = 16;
+
+/// Register tiles of rows from which a product over symbolic columns packs each column tile
+/// into a panel ([`PlannedProduct::column_panels`]): with one, each panel would be read once.
+pub(super) const COLUMN_PANEL_MIN_TILES: i64 = 2;
 
 /// Bytes of the right operand up to which it is read where it lies: it stays in L1 and L2
 /// whatever its layout.

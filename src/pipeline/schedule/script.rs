@@ -199,6 +199,10 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                 .enumerate()
             {
                 let part = format!("{name}_{r}");
+                if p.column_panels() {
+                    emit_column_panels(out, (id, &part), &row, p, (mr, *nr), whole)?;
+                    continue;
+                }
                 let depth = (p.problem.k, *nr);
                 let tiles = emit_register_tiles(out, id, &part, &row, p, (mr, *nr), whole)?;
                 // Symbolic columns: their loop (inside the rows loop) is peeled first.
@@ -356,7 +360,7 @@ pub(super) fn emit_packing(
     out: &mut String,
     part: &str,
     handle: &str,
-    operand: &str,
+    (operand, hoisted): (&str, usize),
     zero: &[i64],
     (kc, nr): (i64, i64),
 ) -> Result<String, std::fmt::Error> {
@@ -371,7 +375,7 @@ pub(super) fn emit_packing(
     writeln!(
         out,
         "    %pd{part}, %pp{part}, %pc{part} = transform.structured.pad {handle} {{padding_values = [{zero_value}, {zero_value}, 0.0 : {accumulator}], padding_dimensions = {}, nofold_flags = {}, copy_back_op = \"none\"}} : ({ANY}) -> ({ANY}, {ANY}, {ANY})
-    %ph{part} = transform.structured.hoist_pad %pp{part} by 2 loops : ({ANY}) -> {ANY}
+    %ph{part} = transform.structured.hoist_pad %pp{part} by {hoisted} loops : ({ANY}) -> {ANY}
     %pr{part}, %prl{part} = transform.structured.tile_using_for %ph{part} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
     transform.structured.vectorize %pr{part} vector_sizes {} : {ANY}",
         list(&dims),
@@ -485,9 +489,15 @@ pub(super) fn emit_register_tiles(
     // Without an epilogue the fill is the loop's destination: only `structured.fuse` reaches
     // it, and only when it would fuse nothing else.
     let fuse_fill = !epilogue && fill && p.only_fill_fusable;
+    // Columns panels: the columns' loop outside the rows' (neither has a batch around it).
+    let interchange = match (p.column_panels(), fuse_fill) {
+        (false, _) => String::new(),
+        (true, true) => " interchange [1, 0, 2]".to_string(),
+        (true, false) => " interchange = [1, 0, 2]".to_string(),
+    };
     writeln!(
         out,
-        "    %t{part}, %tl{part}:{loops} = transform.structured.{} {target} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+        "    %t{part}, %tl{part}:{loops} = transform.structured.{} {target} tile_sizes {}{interchange} : ({ANY}) -> ({ANY}, {})",
         if fuse_fill { "fuse" } else { "tile_using_for" },
         list(&sizes),
         handles(loops)
@@ -544,7 +554,7 @@ pub(super) fn emit_tile_packing(
 ) -> Result<String, std::fmt::Error> {
     let zero: &[i64] = if p.problem.batch.is_some() { &[0] } else { &[] };
     if p.packs(rows, nr) {
-        emit_packing(out, part, tile, p.problem.operand, zero, (depth, nr))
+        emit_packing(out, part, tile, (p.problem.operand, 2), zero, (depth, nr))
     } else {
         Ok(tile.to_string())
     }
@@ -568,6 +578,35 @@ pub(super) fn emit_tile_reduction(
         _ => {}
     }
     Ok(format!("%kl{part}"))
+}
+
+/// Register tiles of a product over symbolic columns whose columns go outside its rows
+/// ([`PlannedProduct::column_panels`]): the columns' tile loop, outermost, is peeled into
+/// full tiles and a rest of single columns. Each full column tile's right operand (`k x nr`)
+/// is packed into one panel, hoisted out of the rows' loop inside it, so that every row tile
+/// reads it from one stream; the rest reads its columns where they lie. Each part is
+/// vectorised on its own (the loop both were in is gone).
+fn emit_column_panels(
+    out: &mut String,
+    (id, part): (usize, &str),
+    handle: &str,
+    p: &PlannedProduct,
+    (mr, nr): (i64, i64),
+    whole: bool,
+) -> std::fmt::Result {
+    let tiles = emit_register_tiles(out, id, part, handle, p, (mr, nr), whole)?;
+    let columns_loop = format!("%tl{part}#0");
+    let peel = format!("{part}c");
+    let fused = (tiles.fused_fill, Peel::Columns);
+    let [full, rest] = emit_peel(out, id, &peel, &columns_loop, p, fused)?;
+    let name = format!("{part}_0");
+    let operand = (p.problem.operand, 1);
+    let panel = emit_packing(out, &name, &full.tile, operand, &[], (p.problem.k, nr))?;
+    let reduction = emit_tile_reduction(out, &name, &panel, p, (mr, nr))?;
+    emit_vectorize(out, &name, &full.scope, &[reduction], false)?;
+    let name = format!("{part}_1");
+    let reduction = emit_tile_reduction(out, &name, &rest.tile, p, (rest.mr, nr))?;
+    emit_vectorize(out, &name, &rest.scope, &[reduction], false)
 }
 
 /// The register tiles of a part whose rows leave a short last tile: its right operand packed
