@@ -208,3 +208,25 @@ func.func @column_panels(%w: tensor<64x576xf32>, %p: tensor<576x?xf32>) -> tenso
   %r = linalg.matmul ins(%w, %p : tensor<64x576xf32>, tensor<576x?xf32>) outs(%f : tensor<64x?xf32>) -> tensor<64x?xf32>
   return %r : tensor<64x?xf32>
 }
+
+// -----
+
+// The same over 256 rows: each thread keeps 128 rows (src/pipeline/schedule/model.rs,
+// PANEL_CHUNK_ROWS), so the product is cut by rows, and each thread's columns (all of them)
+// end in one short tile rather than one per thread.
+// CHECK-LABEL: func.func @row_chunk_panels(
+// CHECK-NOT:     linalg.matmul
+// CHECK:         scf.forall (%{{.*}}) in (2)
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c32 iter_args(%{{.*}} = %{{.*}}) -> (tensor<128x?xf32>)
+// CHECK:             %[[PANEL:.*]] = scf.for {{.*}} -> (tensor<576x32xf32>)
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %c128 step %c8
+// CHECK:               vector.transfer_read %[[PANEL]]{{.*}} : tensor<576x32xf32>, vector<4x32xf32>
+func.func @row_chunk_panels(%w: tensor<256x576xf32>, %p: tensor<576x?xf32>) -> tensor<256x?xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %p, %c1 : tensor<576x?xf32>
+  %e = tensor.empty(%n) : tensor<256x?xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<256x?xf32>) -> tensor<256x?xf32>
+  %r = linalg.matmul ins(%w, %p : tensor<256x576xf32>, tensor<576x?xf32>) outs(%f : tensor<256x?xf32>) -> tensor<256x?xf32>
+  return %r : tensor<256x?xf32>
+}
