@@ -1232,9 +1232,9 @@ fn tap_major_weight<'c, 'a>(
 /// Columns of one image's output from which a convolution of several images without groups
 /// is one product per image by the same weight ([`per_image_product`]) rather than one
 /// product over every image's columns, which reads its input and writes its sum channel-major
-/// (`[c, n, …]`, `[cout, n, …]`) and so costs a transposition on either side. Narrower
-/// images keep the one product: ResNet-50's 14 x 14 outputs, 196 columns an image, took
-/// longer per image (a short last column tile in each) than the transpositions saved.
+/// (`[c, n, …]`, `[cout, n, …]`) and so costs a transposition on either side (ResNet-50 at
+/// 224, batch 8: 447 ms, per image 401). Narrower images keep the one product: products per
+/// image at 14 x 14 (196 columns, a short last column tile in each) measured no faster.
 const PER_IMAGE_MIN_COLUMNS: i64 = 512;
 
 /// The output columns of one image when a convolution of `geo` is [`per_image_product`]: a

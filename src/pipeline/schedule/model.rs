@@ -240,7 +240,7 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
         // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`): the whole
         // reduction when it is no deeper, its columns then blocked. Halved, as it was, a
         // shallow product read and wrote its sum from memory twice: 256 x 64 x 3136 per image
-        // (ResNet-50's 1 x 1 convolutions at 56 x 56, batch 8) took 9.1 ms, one block 7.5.
+        // (ResNet-50's 1 x 1 convolutions at 56 x 56, batch 8) took 8.5 ms, one block 7.7.
         let target = (right_block_l2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
         let divisors = || (KC_MIN..=target.min(p.k)).rev().filter(|d| p.k % d == 0);
         divisors()
