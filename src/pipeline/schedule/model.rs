@@ -233,19 +233,25 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
     // by the schedule) takes half of L2. On a Zen 3 core (512 KiB L2), packed 1024³ ran at
     // 92-95% of torch.mm (one and two threads) with an eighth of L2 and 128-deep blocks, at
     // 98% with half of L2 and 256-deep ones.
-    let right_operand_l2 = target.l2_bytes / 2;
-    let right_block_l2 = target.l2_bytes / 2;
+    let target_l2 = target.l2_bytes;
+    let right_operand_l2 = target_l2 / 2;
+    let right_block_l2 = target_l2 / 2;
     let kc = if right_bytes > right_operand_l2 && !p.dynamic_reduction && !p.dynamic_columns {
         // The deepest block of the right operand that fits the L2 budget (but at least
-        // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`): the whole
-        // reduction when it is no deeper, its columns then blocked. Halved, as it was, a
-        // shallow product read and wrote its sum from memory twice: 256 x 64 x 3136 per image
-        // (ResNet-50's 1 x 1 convolutions at 56 x 56, batch 8) took 8.5 ms, one block 7.7.
+        // `KC_BYTES` deep), dividing k, a multiple of 4 if possible (for `ku`); the whole
+        // reduction when it is no deeper, its columns then blocked. A right operand that is
+        // no deeper than a block and fits L2 whole is not blocked at all: packed once, its
+        // panels stay in L2 while the rows sweep them, and the fill and the epilogue join the
+        // register tiles (halved, as the block was before, its sum was read and written from
+        // memory twice). 256 x 64 x 3136 per image (ResNet-50's 1 x 1 convolutions at 56 x
+        // 56, batch 8, a batch norm and ReLU after): two blocks 8.5 ms, one block 7.7,
+        // unblocked 6.3.
         let target = (right_block_l2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
         let divisors = || (KC_MIN..=target.min(p.k)).rev().filter(|d| p.k % d == 0);
         divisors()
             .find(|d| d % 4 == 0)
             .or_else(|| divisors().next())
+            .filter(|&d| d != p.k || right_bytes > target_l2)
     } else {
         None
     };
