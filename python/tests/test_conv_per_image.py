@@ -8,12 +8,12 @@ with and without bias, a batch norm and activation after, in f32 and f64, on the
 vectors and AVX2's, against eager. Each compile is strict, and its dump must show the shared
 weight's products and no other product."""
 
-import pathlib
 import re
 
 import pytest
 import torch
 import torch.nn.functional as F
+from convs import conv_inputs, lowered_module
 from strict import compile_strict
 
 # Sums of up to a few hundred products in another order than eager's.
@@ -40,26 +40,13 @@ PER_IMAGE = {
 }
 
 
-def _lowered(tmp_path) -> str:
-    (text,) = [p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir")]
-    return text
-
-
-def _inputs(x_shape, w_shape, dtype):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(x_shape, generator=gen, dtype=dtype)
-    w = torch.randn(w_shape, generator=gen, dtype=dtype) / torch.Size(w_shape[1:]).numel() ** 0.5
-    b = torch.randn(w_shape[0], generator=gen, dtype=dtype)
-    return x, w, b
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", list(TOL), ids=str)
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("name", sorted(PER_IMAGE))
 def test_per_image_products_match_eager(name, bias, dtype, target, tmp_path):
     x_shape, w_shape, stride, padding, dilation = PER_IMAGE[name]
-    x, w, b = _inputs(x_shape, w_shape, dtype)
+    x, w, b = conv_inputs(x_shape, w_shape, dtype)
     conv = CONV[len(x_shape)]
     channels = w_shape[0]
     mean = torch.linspace(-1, 1, channels, dtype=dtype)
@@ -71,7 +58,7 @@ def test_per_image_products_match_eager(name, bias, dtype, target, tmp_path):
         return torch.relu(F.batch_norm(y, mean, var, training=False))
 
     actual = compile_strict(fn, (x, w, b), tmp_path, target)
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     shared = re.findall(r"= linalg\.batch_matmul indexing_maps = \[#map\d*, #map\d*, #", lowered)
     assert len(shared) == 1, lowered[:4000]
     assert "linalg.matmul" not in lowered, lowered[:4000]
@@ -89,13 +76,13 @@ def test_other_batches_keep_one_product(x_shape, groups, tmp_path):
     """Fewer than 512 columns an image (a product over every image's columns, read
     channel-major), groups (one product per group) and one image keep one product over
     every column."""
-    x, w, b = _inputs(x_shape, (16, 32 // groups, 1, 1), torch.float32)
+    x, w, b = conv_inputs(x_shape, (16, 32 // groups, 1, 1), torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, stride=1, groups=groups)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     assert "(d1, d3)>" not in lowered, lowered[:4000]
     assert len(re.findall(r"= linalg\.(?:batch_)?matmul", lowered)) == 1, lowered[:4000]
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)

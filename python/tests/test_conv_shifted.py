@@ -9,13 +9,13 @@ without bias, in f32 and f64, on the host's vectors and AVX2's, against eager. E
 strict, and its dump must show the first tap's product and the loop over the others, and no
 gather; the shapes the path leaves to im2col must show one product."""
 
-import pathlib
 import re
 
 import fxmlir
 import pytest
 import torch
 import torch.nn.functional as F
+from convs import conv_inputs, lowered_module
 from strict import compile_strict
 
 # f32: sums of channels x taps products (a few hundred) in another order than eager's.
@@ -57,11 +57,6 @@ IM2COL = {
 }
 
 
-def _lowered(tmp_path) -> str:
-    (text,) = [p.read_text() for p in pathlib.Path(tmp_path).glob("*.00-input.mlir")]
-    return text
-
-
 def _assert_tap_loop(lowered: str, taps: int) -> None:
     """The first tap's product, then one more in a loop from tap 1 to ``taps``: for all the
     columns, or for blocks of them that fit the target's L2 (``Taps::blocked``: whole blocks
@@ -71,21 +66,13 @@ def _assert_tap_loop(lowered: str, taps: int) -> None:
     assert re.search(loop, lowered), lowered[:3000]
 
 
-def _inputs(x_shape, w_shape, dtype):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(x_shape, generator=gen, dtype=dtype)
-    w = torch.randn(w_shape, generator=gen, dtype=dtype) / (w_shape[1] * w_shape[2]) ** 0.5
-    b = torch.randn(w_shape[0], generator=gen, dtype=dtype)
-    return x, w, b
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", list(TOL), ids=str)
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("name", sorted(SHIFTED))
 def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
     x_shape, w_shape, padding, dilation = SHIFTED[name]
-    x, w, b = _inputs(x_shape, w_shape, dtype)
+    x, w, b = conv_inputs(x_shape, w_shape, dtype)
     conv = CONV[len(x_shape)]
 
     def fn(x, w, b):
@@ -94,7 +81,7 @@ def test_shifted_products_match_eager(name, bias, dtype, target, tmp_path):
         return torch.relu(conv(x, w, b if bias else None, padding=padding, dilation=dilation))
 
     actual = compile_strict(fn, (x, w, b), tmp_path, target)
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     _assert_tap_loop(lowered, w[0, 0].numel())
     assert "linalg.generic" in lowered
     atol, rtol = TOL[dtype]
@@ -106,7 +93,7 @@ def test_nonfinite_inputs_stay_in_their_windows(tmp_path, batch):
     """A NaN or an infinity reaches exactly the outputs whose windows hold it: the columns
     computed past each row (which read the next row's start) and, in a batch, the rows past
     each image (which read the next image's start) are dropped, never mixed in."""
-    x, w, b = _inputs((batch, 64, 24, 30), (32, 64, 3, 3), torch.float32)
+    x, w, b = conv_inputs((batch, 64, 24, 30), (32, 64, 3, 3), torch.float32)
     x[0, 3, 4, 29] = float("nan")
     x[0, 5, 7, 0] = float("inf")
     x[0, 6, 23, 9] = -float("inf")
@@ -116,7 +103,7 @@ def test_nonfinite_inputs_stay_in_their_windows(tmp_path, batch):
         return F.conv2d(x, w, b, padding=1)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    _assert_tap_loop(_lowered(tmp_path), 9)
+    _assert_tap_loop(lowered_module(tmp_path), 9)
     expected = fn(x, w, b)
     assert torch.equal(actual.isnan(), expected.isnan())
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4, equal_nan=True)
@@ -125,13 +112,13 @@ def test_nonfinite_inputs_stay_in_their_windows(tmp_path, batch):
 @pytest.mark.parametrize("name", sorted(IM2COL))
 def test_other_convolutions_keep_one_product(name, tmp_path):
     x_shape, w_shape, padding, dilation, stride, groups = IM2COL[name]
-    x, w, b = _inputs(x_shape, w_shape, torch.float32)
+    x, w, b = conv_inputs(x_shape, w_shape, torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     products = re.findall(r"= linalg\.(?:batch_)?matmul", lowered)
     assert len(products) == 1, lowered[:3000]
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
@@ -147,13 +134,13 @@ def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, togeth
     multiply-adds for the nine) run in one ``scf.forall`` of a chunk of columns per thread,
     each thread's chunk the first tap's product and the loop over the others; too little
     (8 x 32 x 224 a tap, 0.5 M) stays on one thread."""
-    x, w, b = _inputs((1, c, 12, 15), (cout, c, 3, 3), torch.float32)
+    x, w, b = conv_inputs((1, c, 12, 15), (cout, c, 3, 3), torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
 
     actual = compile_strict(fn, (x, w, b), tmp_path, "host")
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     _assert_tap_loop(lowered, 9)
     assert lowered.count("scf.forall (") == (1 if together and threads == 2 else 0)
     torch.testing.assert_close(actual, fn(x, w, b), atol=1e-4, rtol=1e-4)
@@ -165,14 +152,14 @@ def test_columns_are_summed_in_blocks_that_fit_l2(tmp_path, l2, blocks):
     256 KiB L2, each thread sums its columns block by block (sum and canvas columns within half
     of L2: 341 columns, evened out to 6 blocks of 304 and the last 224), every block the first
     tap's product and the loop over the others; with 8 MiB, all at once."""
-    x, w, b = _inputs((4, 64, 30, 30), (32, 64, 3, 3), torch.float32)
+    x, w, b = conv_inputs((4, 64, 30, 30), (32, 64, 3, 3), torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
 
     target = f"x86-64-v3,threads=2,l2={l2}"
     actual = compile_strict(fn, (x, w, b), tmp_path, target)
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     assert len(re.findall(r"= linalg\.matmul", lowered)) == 2 * blocks, lowered[:3000]
     assert len(re.findall(r"scf\.for %\S+ = %c0(_\d+)? to %c1824(_\d+)? step %c304", lowered)) == (
         blocks - 1
@@ -226,7 +213,7 @@ def test_a_dynamic_batch_convolves_each_sample_by_taps(tmp_path):
     (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
     assert document["symbols"], document["name"]
     assert [3, 3, 96, 64] in [i["meta"]["shape"] for i in document["inputs"]]
-    lowered = _lowered(tmp_path)
+    lowered = lowered_module(tmp_path)
     assert lowered.count("scf.forall (") == 1, lowered[:3000]
     _assert_tap_loop(lowered, 9)
     (scheduled,) = [p.read_text() for p in tmp_path.glob("*.02-schedule.mlir")]

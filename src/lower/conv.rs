@@ -20,7 +20,7 @@
 
 use super::emit::Emit;
 use super::loops::{for_loop, forall, nth, reuse};
-use super::products::{computed_padded, first_entries, pair_product};
+use super::products::{computed_padded, first_entries, mapped_product, pair_product};
 use super::window::{check_shape, dims, extent, per_dim, place, taps};
 use super::{Iter, LowerCtx, Registry, Scalar, Tensor, Whole, emit, fail, layout};
 use crate::error::Result;
@@ -1346,22 +1346,11 @@ fn per_image_product<'c, 'a>(
         ctx.reshape(&gather(ctx, padded, &read, shape, acc)?, &matrix)?
     };
     let weight = ctx.cast(&ctx.reshape(weight, &[geo.out_channels, depth])?, acc)?;
-    let shape = vec![geo.batch, geo.out_channels, columns];
-    let zero = ctx.e.splat(&shape, acc, Scalar::Int(0))?;
-    let maps = ctx.e.attr(SHARED_LEFT_BATCH_MAPS)?;
-    let value = ctx.e.named_linalg(
-        "linalg.batch_matmul",
-        &[weight.value, patches.value],
-        zero,
-        &[("indexing_maps", maps)],
-    )?;
+    let shape = [geo.batch, geo.out_channels, columns];
+    let product = ("linalg.batch_matmul", SHARED_LEFT_BATCH_MAPS);
+    let sum = mapped_product(ctx, product, (&weight, &patches), &shape, acc)?;
     let mut expected = vec![geo.batch, geo.out_channels];
     expected.extend(geo.out_spatial);
-    let sum = Tensor {
-        value,
-        shape,
-        dtype: acc,
-    };
     Ok((ctx.reshape(&sum, &expected)?, emit::identity_map(nd + 2)))
 }
 

@@ -24,22 +24,39 @@ pub(super) fn pair_product<'c, 'a>(
     let rank = a.rank();
     let mut shape = a.shape[..rank - 2].to_vec();
     shape.push(pairs.shape[rank - 2]);
-    let zero = ctx.e.splat(&shape, DType::Float32, Scalar::Int(0))?;
-    let maps = ctx.e.attr(if rank == 4 {
+    let maps = if rank == 4 {
         BATCHED_PAIR_MAPS
     } else {
         PAIR_MAPS
-    })?;
-    let value = ctx.e.named_linalg(
-        "linalg.contract",
-        &[a.value, pairs.value],
-        zero,
-        &[("indexing_maps", maps)],
-    )?;
+    };
+    let operands = (a, pairs);
+    mapped_product(
+        ctx,
+        ("linalg.contract", maps),
+        operands,
+        &shape,
+        DType::Float32,
+    )
+}
+
+/// The product `name` (`linalg.contract`, `linalg.batch_matmul`) of `a` and `b` over the
+/// indexing `maps`, accumulated from zeros of `shape` in `dtype`.
+pub(super) fn mapped_product<'c, 'a>(
+    ctx: &LowerCtx<'c, 'a>,
+    (name, maps): (&str, &str),
+    (a, b): (&Tensor<'c, 'a>, &Tensor<'c, 'a>),
+    shape: &[i64],
+    dtype: DType,
+) -> Result<Tensor<'c, 'a>> {
+    let zero = ctx.e.splat(shape, dtype, Scalar::Int(0))?;
+    let maps = ctx.e.attr(maps)?;
+    let value = ctx
+        .e
+        .named_linalg(name, &[a.value, b.value], zero, &[("indexing_maps", maps)])?;
     Ok(Tensor {
         value,
-        shape,
-        dtype: DType::Float32,
+        shape: shape.to_vec(),
+        dtype,
     })
 }
 
@@ -56,19 +73,8 @@ pub(super) fn panel_product<'c, 'a>(
 ) -> Result<Tensor<'c, 'a>> {
     let (m, p, w) = (a.shape[0], panels.shape[0], panels.shape[2]);
     let shape = [m, p, w];
-    let zero = ctx.e.splat(&shape, DType::Float32, Scalar::Int(0))?;
-    let maps = ctx.e.attr(PANEL_MAPS)?;
-    let value = ctx.e.named_linalg(
-        "linalg.contract",
-        &[a.value, panels.value],
-        zero,
-        &[("indexing_maps", maps)],
-    )?;
-    let mut product = Tensor {
-        value,
-        shape: shape.to_vec(),
-        dtype: DType::Float32,
-    };
+    let contract = ("linalg.contract", PANEL_MAPS);
+    let mut product = mapped_product(ctx, contract, (a, panels), &shape, DType::Float32)?;
     if let Some(bias) = bias {
         let bias = ctx.reshape(bias, &[p, w])?;
         let f32 = DType::Float32;
