@@ -172,6 +172,12 @@ pub struct Tiles {
 /// is cut across the threads by rows (see [`chunks`]).
 pub(super) const PANEL_CHUNK_ROWS: i64 = 64;
 
+/// Register tiles (of rows) below which an unblocked product reads its right operand where it
+/// lies: its panel is then copied once for the whole product, so only a panel that many tiles
+/// read repays it. With 16 rows, small_convnet's first convolution (`16 x 27 x 8192`, four
+/// tiles per panel) took 17% longer packed.
+pub(super) const UNBLOCKED_PACK_MIN_TILES: i64 = 16;
+
 /// Bytes of a left-operand block (`m` x `kc`) small enough to keep while columns vary.
 pub(super) const LEFT_BLOCK_L1: i64 = 64 << 10;
 
@@ -245,13 +251,15 @@ pub fn choose_tiles(p: &Problem, target: &Target) -> Tiles {
         // register tiles (halved, as the block was before, its sum was read and written from
         // memory twice). 256 x 64 x 3136 per image (ResNet-50's 1 x 1 convolutions at 56 x
         // 56, batch 8, a batch norm and ReLU after): two blocks 8.5 ms, one block 7.7,
-        // unblocked 6.3.
+        // unblocked 6.3. Only for rows that an unblocked product packs for
+        // (`UNBLOCKED_PACK_MIN_TILES` register tiles): fewer keep the block, which packs from
+        // `PACK_MIN_ROWS` on (a linear layer's weight handed over in panels).
         let target = (right_block_l2 / p.n.saturating_mul(bytes)).clamp(KC_BYTES / bytes, KC_MAX);
         let divisors = || (KC_MIN..=target.min(p.k)).rev().filter(|d| p.k % d == 0);
         divisors()
             .find(|d| d % 4 == 0)
             .or_else(|| divisors().next())
-            .filter(|&d| d != p.k || right_bytes > target_l2)
+            .filter(|&d| d != p.k || right_bytes > target_l2 || p.m < UNBLOCKED_PACK_MIN_TILES * mr)
     } else {
         None
     };

@@ -134,12 +134,6 @@ fn peeled_rest(p: &Problem, chunks: Option<&Chunks>, t: &Tiles) -> Option<TileSp
 /// Rows below which a product's part reads its right operand where it lies.
 pub(super) const PACK_MIN_ROWS: i64 = 16;
 
-/// Register tiles (of rows) below which an unblocked product reads its right operand where it
-/// lies: its panel is then copied once for the whole product, so only a panel that many tiles
-/// read repays it. With 16 rows, small_convnet's first convolution (`16 x 27 x 8192`, four
-/// tiles per panel) took 17% longer packed.
-pub(super) const UNBLOCKED_PACK_MIN_TILES: i64 = 16;
-
 /// Register tiles of rows from which a product over symbolic columns packs each column tile
 /// into a panel ([`PlannedProduct::column_panels`]): with one, each panel would be read once.
 pub(super) const COLUMN_PANEL_MIN_TILES: i64 = 2;
