@@ -21,7 +21,7 @@ pub const PANEL_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d0, d3)>, affine_
 /// The indexing maps of a `linalg.batch_matmul` whose left operand is shared by every batch
 /// entry (loops `batch, m, n, k`: `m x k`, `batch x k x n`, `batch x m x n`): a convolution of
 /// several images as one product per image by the same weight (see
-/// `lower::conv::im2col_product`), which the schedule tiles as any batched product.
+/// `lower::conv::per_image_product`), which the schedule tiles as any batched product.
 pub const SHARED_LEFT_BATCH_MAPS: &str = "[affine_map<(d0, d1, d2, d3) -> (d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]";
 
 /// Accumulator lanes of one AVX512-BF16 dot product (`vdpbf16ps` on a 512-bit register):
