@@ -250,11 +250,10 @@ pub(super) fn contraction_problem(op: &melior::ir::OperationRef, batched: bool) 
         return None;
     }
     let (mut a, ta) = tensor_sizes(op.operand(0).ok()?)?;
+    let (b, tb) = tensor_sizes(op.operand(1).ok()?)?;
     if shared_left {
-        let (b, _) = tensor_sizes(op.operand(1).ok()?)?;
         a.insert(0, *b.first()?);
     }
-    let (b, tb) = tensor_sizes(op.operand(1).ok()?)?;
     let (c, tc) = tensor_sizes(op.operand(2).ok()?)?;
     // Half-precision operands accumulate in f32 (the product's own element): they are
     // widened as they are loaded, so the tiles are those of an f32 product.
