@@ -220,23 +220,27 @@ func.func @mm_f64(%arg0: memref<24x40xf64>, %arg1: memref<40x48xf64>, %arg2: mem
 // is peeled as symbolic rows are: the last 5 rows are tiled a row at a time (cut off as a
 // product of their own, they would keep a whole fill and any epilogue apart); 23 columns are
 // one vector of 16 and a row of 7 (not one row of 23: a register tile of one vector and a part
-// of one ran 5-7x slower); 19 (prime) reduction steps go one at a time; the unit batch
-// dimension is dropped from the vector ops.
+// of one ran 5-7x slower), each column part with a fill of its own, so that every register
+// tile starts from zeros (no whole fill, read back); 19 (prime) reduction steps go one at a
+// time; the unit batch dimension is dropped from the vector ops.
 // CHECK-LABEL: func.func @bmm_odd(
 // CHECK-DAG:     %[[C5:.*]] = arith.constant 5 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
-// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK-DAG:     %[[Z16:.*]] = arith.constant dense<0.000000e+00> : vector<16xf32>
+// CHECK-DAG:     %[[Z8x16:.*]] = arith.constant dense<0.000000e+00> : vector<8x16xf32>
+// CHECK-DAG:     %[[Z8x7:.*]] = arith.constant dense<0.000000e+00> : vector<8x7xf32>
+// CHECK:         %[[EMPTY:.*]] = tensor.empty() : tensor<4x37x23xf32>
 // CHECK:         scf.for {{.*}} -> (tensor<4x37x16xf32>)
 // CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C32]] step %{{.*}} -> (tensor<4x37x16xf32>)
-// CHECK:             scf.for {{.*}} -> (vector<8x16xf32>)
+// CHECK:             scf.for {{.*}} iter_args(%{{.*}} = %[[Z8x16]]) -> (vector<8x16xf32>)
 // CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x16xf32> into vector<8x16xf32>
 // CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C5]] step %{{.*}} -> (tensor<1x5x16xf32>)
-// CHECK:             scf.for {{.*}} -> (vector<16xf32>)
+// CHECK:             scf.for {{.*}} iter_args(%{{.*}} = %[[Z16]]) -> (vector<16xf32>)
 // CHECK:               vector.contract {{.*}} : vector<1xf32>, vector<1x16xf32> into vector<16xf32>
-// CHECK:         %[[LEFT:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0, 0] [4, 37, 16]
+// CHECK:         %[[LEFT:.*]] = tensor.insert_slice %{{.*}} into %[[EMPTY]][0, 0, 0] [4, 37, 16]
 // CHECK:         scf.for {{.*}} -> (tensor<4x37x7xf32>)
 // CHECK:           scf.for {{.*}} -> (tensor<4x37x7xf32>)
-// CHECK:             scf.for {{.*}} -> (vector<8x7xf32>)
+// CHECK:             scf.for {{.*}} iter_args(%{{.*}} = %[[Z8x7]]) -> (vector<8x7xf32>)
 // CHECK:               vector.contract {{.*}} : vector<8x1xf32>, vector<1x7xf32> into vector<8x7xf32>
 // CHECK:           scf.for {{.*}} -> (tensor<1x5x7xf32>)
 // CHECK:             scf.for {{.*}} -> (vector<7xf32>)
@@ -256,15 +260,19 @@ func.func @bmm_odd(%arg0: memref<4x37x19xf32>, %arg1: memref<4x19x23xf32>, %arg2
 // -----
 
 // 1000 columns are no whole number of vectors: 31 two-vector tiles up to column 992, then
-// one 8-column tile.
+// one 8-column tile, each part's register tiles starting from zeros.
 // CHECK-LABEL: func.func @mm_cols(
-// CHECK:         %[[FILL:.*]] = linalg.fill
+// CHECK-DAG:     %[[Z8x8:.*]] = arith.constant dense<0.000000e+00> : vector<8x8xf32>
+// CHECK-DAG:     %[[Z8x32:.*]] = arith.constant dense<0.000000e+00> : vector<8x32xf32>
+// CHECK:         %[[EMPTY:.*]] = tensor.empty() : tensor<16x1000xf32>
 // CHECK:         scf.for {{.*}} -> (tensor<16x992xf32>)
 // CHECK:           scf.for {{.*}} -> (tensor<16x992xf32>)
-// CHECK:             vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
-// CHECK:         %[[MAIN:.*]] = tensor.insert_slice %{{.*}} into %[[FILL]][0, 0] [16, 992]
+// CHECK:             scf.for {{.*}} iter_args(%{{.*}} = %[[Z8x32]]) -> (vector<8x32xf32>)
+// CHECK:               vector.contract {{.*}} : vector<8x4xf32>, vector<4x32xf32> into vector<8x32xf32>
+// CHECK:         %[[MAIN:.*]] = tensor.insert_slice %{{.*}} into %[[EMPTY]][0, 0] [16, 992]
 // CHECK:         scf.for {{.*}} -> (tensor<16x8xf32>)
-// CHECK:           vector.contract {{.*}} : vector<8x4xf32>, vector<4x8xf32> into vector<8x8xf32>
+// CHECK:           scf.for {{.*}} iter_args(%{{.*}} = %[[Z8x8]]) -> (vector<8x8xf32>)
+// CHECK:             vector.contract {{.*}} : vector<8x4xf32>, vector<4x8xf32> into vector<8x8xf32>
 // CHECK:         tensor.insert_slice %{{.*}} into %[[MAIN]][0, 992] [16, 8]
 // CHECK-NOT:     linalg.
 func.func @mm_cols(%arg0: memref<16x64xf32>, %arg1: memref<64x1000xf32>, %arg2: memref<16x1000xf32>) attributes {llvm.emit_c_interface} {

@@ -115,11 +115,28 @@ impl PlannedProduct {
         }
     }
 
-    /// Whether its schedule pulls ops into loops with `fuse_into_containing_op`: the product
-    /// into its epilogue's loop, or the fill into the thread chunk loop.
+    /// Whether the columns' cut (`tiles.n_split`, and `n_tail` within its rest) gives each part
+    /// a fill of its own: the product, with its fill, is tiled into column parts and the
+    /// parts' loop peeled, so that each part starts its register tiles from zeros. Cut by
+    /// `transform.structured.split`, the parts shared the whole product's fill (a `memset`,
+    /// read back by every tile). For an unblocked f32 or f64 product whose fill alone is
+    /// fusable, outside a cut of its main column part (see `script::emit_column_cut`).
+    pub(super) fn cuts_columns_with_fills(&self) -> bool {
+        self.tiles.n_split.is_some()
+            && self.tiles.kc.is_none()
+            && self.fill_init
+            && self.only_fill_fusable
+            && matches!(self.problem.element, Element::F32 | Element::F64)
+            && !self.problem.dynamic_columns
+            && !self.chunks.as_ref().is_some_and(|c| c.main_part)
+    }
+
+    /// Whether its schedule pulls ops into loops: the product into its epilogue's loop, the
+    /// fill into the thread chunk loop or into the loop of its column parts.
     pub(super) fn fuses_into_loops(&self) -> bool {
         self.epilogue.is_some()
             || (self.chunks.as_ref().is_some_and(|c| !c.main_part) && self.fill_init)
+            || self.cuts_columns_with_fills()
     }
 }
 

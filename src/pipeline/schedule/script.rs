@@ -101,9 +101,17 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     // Column parts: (handle, register tile columns, column block).
     let mut main = format!("%c{id}");
     let mut column_parts = Vec::new();
+    let with_fills = p.cuts_columns_with_fills();
+    let cut = |out: &mut String, handle: &str, name: &str, at: i64| {
+        if with_fills {
+            emit_column_cut(out, id, handle, name, &with_zero(&[0, at, 0]))
+        } else {
+            emit_split(out, handle, name, n_dim, at)
+        }
+    };
     if let Some(s) = t.n_split {
         let at = p.column_position(s.at);
-        let (head, rest) = emit_split(out, &main, &format!("n{id}"), n_dim, at)?;
+        let (head, rest) = cut(out, &main, &format!("n{id}"), at)?;
         main = match main_part {
             Some(c) => {
                 writeln!(
@@ -118,7 +126,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
         match t.n_tail {
             Some(tail) => {
                 let at = p.column_position(tail.at);
-                let (vector, last) = emit_split(out, &rest, &format!("nt{id}"), n_dim, at)?;
+                let (vector, last) = cut(out, &rest, &format!("nt{id}"), at)?;
                 column_parts.push((vector, tail.at, None));
                 column_parts.push((last, tail.rest, None));
             }
@@ -141,7 +149,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     // A short last row tile is peeled from the rows loop (the rows are then one part).
     let rest = p.peeled_rest();
     let row_split = t.m_split.filter(|_| rest.is_none());
-    let whole = row_split.is_none() && t.n_split.is_none();
+    let whole = row_split.is_none() && (t.n_split.is_none() || with_fills);
     for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
         if let Some(kc) = t.kc {
@@ -322,6 +330,34 @@ pub(super) fn emit_split(
         out,
         "    %{name} = transform.structured.split {handle} after {at} {{dimension = {dim}}} : {ANY}
     %{name}_0, %{name}_1 = transform.split_handle %{name} : ({ANY}) -> ({ANY}, {ANY})"
+    )?;
+    Ok((format!("%{name}_0"), format!("%{name}_1")))
+}
+
+/// Cuts product `id` (`handle`, with its fill) into two column parts, each with a fill of its
+/// own (see [`PlannedProduct::cuts_columns_with_fills`]): tiled by `sizes` (the first part's
+/// columns) with the fill fused, the loop of two iterations peeled, each part's product
+/// matched in its loop, and their parent canonicalized, which folds both one-iteration loops
+/// away and leaves two products of fixed sizes. Returns the handles of the two parts.
+pub(super) fn emit_column_cut(
+    out: &mut String,
+    id: usize,
+    handle: &str,
+    name: &str,
+    sizes: &[i64],
+) -> Result<(String, String), std::fmt::Error> {
+    writeln!(
+        out,
+        "    %{name}t, %{name}l = transform.structured.fuse {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {ANY})
+    %{name}s = transform.get_parent_op %{name}l : ({ANY}) -> {ANY}
+    %{name}f = transform.cast %{name}l : {ANY} to !transform.op<\"scf.for\">
+    %{name}k, %{name}r = transform.loop.peel %{name}f : (!transform.op<\"scf.for\">) -> ({ANY}, {ANY})
+    %{name}_0 = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %{name}k : ({ANY}) -> {ANY}
+    %{name}_1 = transform.structured.match attributes {{{CONTRACTION_TAG} = {id} : i64}} in %{name}r : ({ANY}) -> {ANY}
+    transform.apply_patterns to %{name}s {{
+      transform.apply_patterns.canonicalization
+    }} : {ANY}",
+        list(sizes)
     )?;
     Ok((format!("%{name}_0"), format!("%{name}_1")))
 }
