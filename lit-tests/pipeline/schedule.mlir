@@ -197,6 +197,41 @@ func.func @mm_wide(%arg0: memref<64x4096xf32>, %arg1: memref<4096x1024xf32>, %ar
 
 // -----
 
+// A reduction of one block (27 deep) over a right operand beyond L2 (a stem convolution's
+// patch matrix): column blocks of 4,832 (half of L2), then the rest of 2,688 as one block,
+// each packed into panels; the fill goes into the blocks and the register tiles, which start
+// from zeros (no fill of the whole product, written and read back).
+// CHECK-LABEL: func.func @mm_one_block(
+// CHECK-DAG:     %[[Z:.*]] = arith.constant dense<0.000000e+00> : vector<8x32xf32>
+// CHECK-DAG:     %[[C4832:.*]] = arith.constant 4832 : index
+// CHECK-DAG:     %[[C9664:.*]] = arith.constant 9664 : index
+// CHECK-DAG:     %[[C2688:.*]] = arith.constant 2688 : index
+// CHECK:         %[[EMPTY:.*]] = tensor.empty() : tensor<64x12352xf32>
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %[[C9664]] step %[[C4832]]
+// CHECK:           scf.for {{.*}} -> (tensor<151x27x32xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<64x4832xf32>)
+// CHECK:             scf.for {{.*}} -> (tensor<64x4832xf32>)
+// CHECK:               scf.for {{.*}} iter_args(%{{.*}} = %[[Z]]) -> (vector<8x32xf32>)
+// CHECK:         %[[BLOCKS:.*]] = tensor.insert_slice %{{.*}} into %[[EMPTY]][0, 0] [64, 9664]
+// CHECK:         scf.for {{.*}} to %[[C2688]] {{.*}} -> (tensor<84x27x32xf32>)
+// CHECK:         scf.for {{.*}} to %[[C2688]] {{.*}} -> (tensor<64x2688xf32>)
+// CHECK:           scf.for {{.*}} -> (tensor<64x2688xf32>)
+// CHECK:             scf.for {{.*}} iter_args(%{{.*}} = %[[Z]]) -> (vector<8x32xf32>)
+// CHECK:         tensor.insert_slice %{{.*}} into %[[BLOCKS]][0, 9664] [64, 2688]
+// CHECK-NOT:     linalg.
+func.func @mm_one_block(%arg0: memref<64x27xf32>, %arg1: memref<27x12352xf32>, %arg2: memref<64x12352xf32>) attributes {llvm.emit_c_interface} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = bufferization.to_tensor %arg0 restrict : memref<64x27xf32> to tensor<64x27xf32>
+  %1 = bufferization.to_tensor %arg1 restrict : memref<27x12352xf32> to tensor<27x12352xf32>
+  %2 = tensor.empty() : tensor<64x12352xf32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<64x12352xf32>) -> tensor<64x12352xf32>
+  %4 = linalg.matmul ins(%0, %1 : tensor<64x27xf32>, tensor<27x12352xf32>) outs(%3 : tensor<64x12352xf32>) -> tensor<64x12352xf32>
+  bufferization.materialize_in_destination %4 in restrict writable %arg2 : (tensor<64x12352xf32>, memref<64x12352xf32>) -> ()
+  return
+}
+
+// -----
+
 // f64: two zmm of 8 lanes per row; on AVX2 two ymm of 4 lanes, 4 rows.
 // CHECK-LABEL: func.func @mm_f64(
 // CHECK:         vector.contract {{.*}} : vector<8x4xf64>, vector<4x16xf64> into vector<8x16xf64>

@@ -76,3 +76,18 @@ def test_a_convolutions_first_tap_starts_from_zeros(size, target, tmp_path):
     # canvas's fill, its zero padding, stays).
     assert "vector.contract" in scheduled
     assert _fills(tmp_path, "tensor<48x") == []
+
+
+@pytest.mark.parametrize("shape", [(64, 27, 12352), (32, 144, 6000)], ids=["27x12352", "144x6000"])
+@pytest.mark.parametrize("target", ["x86-64-v4,threads=2,l2=1M", "x86-64-v3,threads=1"])
+def test_one_reduction_block_starts_from_zeros(shape, target, tmp_path):
+    """A product whose right operand exceeds half of L2 (a thread's on two threads) but whose
+    reduction is one block (a stem convolution's patch matrix): cut into column blocks, its
+    fill goes into the blocks and the register tiles."""
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=gen)
+    b = torch.randn(k, n, generator=gen)
+    actual = compile_strict(torch.mm, (a, b), tmp_path, target)
+    torch.testing.assert_close(actual, a @ b, atol=1e-4, rtol=1e-4)
+    assert _fills(tmp_path, f"tensor<{m}x") == []

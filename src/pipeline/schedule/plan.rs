@@ -115,20 +115,55 @@ impl PlannedProduct {
         }
     }
 
-    /// Whether the columns' cut (`tiles.n_split`, and `n_tail` within its rest) gives each part
-    /// a fill of its own: the product, with its fill, is tiled into column parts and the
+    /// Whether the columns' cuts ([`Self::cuts_columns`], and `n_tail` within the rest) give
+    /// each part a fill of its own: the product, with its fill, is tiled into column parts and the
     /// parts' loop peeled, so that each part starts its register tiles from zeros. Cut by
     /// `transform.structured.split`, the parts shared the whole product's fill (a `memset`,
-    /// read back by every tile). For an unblocked f32 or f64 product whose fill alone is
-    /// fusable, outside a cut of its main column part (see `script::emit_column_cut`).
+    /// read back by every tile). For an f32 or f64 product without reduction blocks (or with
+    /// one, the whole reduction) whose fill alone is fusable, outside a cut of its main column
+    /// part (see `script::emit_column_cut`).
     pub(super) fn cuts_columns_with_fills(&self) -> bool {
-        self.tiles.n_split.is_some()
-            && self.tiles.kc.is_none()
+        self.cuts_columns()
+            && self.tiles.kc.is_none_or(|kc| kc == self.problem.k)
             && self.fill_init
             && self.only_fill_fusable
             && matches!(self.problem.element, Element::F32 | Element::F64)
             && !self.problem.dynamic_columns
             && !self.chunks.as_ref().is_some_and(|c| c.main_part)
+    }
+
+    /// The columns of its main part: a thread's chunk (or the whole product) up to its
+    /// columns' split.
+    pub(super) fn main_columns(&self) -> i64 {
+        match (&self.chunks, self.tiles.n_split) {
+            (Some(c), _) if c.main_part => c.chunk.n,
+            (c, split) => split.map_or(c.as_ref().map_or(self.problem.n, |c| c.chunk.n), |s| s.at),
+        }
+    }
+
+    /// Whether the schedule cuts its columns into parts: where no whole number of register
+    /// tiles divides them (`tiles.n_split`), or after its last whole column block.
+    pub(super) fn cuts_columns(&self) -> bool {
+        self.tiles.n_split.is_some()
+            || self
+                .tiles
+                .nc
+                .is_some_and(|b| b.covers < self.main_columns())
+    }
+
+    /// Whether a blocked product's fill goes into its column blocks (one block for a part
+    /// without them) and then into its register tiles, which then start from zeros: when its
+    /// one reduction block is the whole reduction, its fill alone is fusable and the part is
+    /// `whole` (no split shares the fill). Else the fill is a `memset` of the whole product,
+    /// read back by every tile (the 64 x 27 x 12,352 patch products of SqueezeNet's stem: 1.6
+    /// MB a thread, beyond L2).
+    pub(super) fn fuses_fill_into_block(&self, whole: bool) -> bool {
+        self.tiles.kc == Some(self.problem.k)
+            && whole
+            && self.fill_init
+            && self.only_fill_fusable
+            && matches!(self.problem.element, Element::F32 | Element::F64)
+            && !self.problem.dynamic_columns
     }
 
     /// Whether its schedule pulls ops into loops: the product into its epilogue's loop, the

@@ -98,7 +98,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     };
     // Columns are cut first (outside any block loop: the rest is a narrow strip); rows are cut
     // inside the reduction/column blocks, so both row parts reuse the cached right block.
-    // Column parts: (handle, register tile columns, column block).
+    // Column parts: (handle, register tile columns, column block, columns).
     let mut main = format!("%c{id}");
     let mut column_parts = Vec::new();
     let with_fills = p.cuts_columns_with_fills();
@@ -127,37 +127,43 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             Some(tail) => {
                 let at = p.column_position(tail.at);
                 let (vector, last) = cut(out, &rest, &format!("nt{id}"), at)?;
-                column_parts.push((vector, tail.at, None));
-                column_parts.push((last, tail.rest, None));
+                column_parts.push((vector, tail.at, None, tail.at));
+                column_parts.push((last, tail.rest, None, tail.rest));
             }
-            None => column_parts.push((rest, s.rest, None)),
+            None => column_parts.push((rest, s.rest, None, s.rest)),
         }
     }
-    let main_columns = match (&p.chunks, t.n_split) {
-        (Some(c), _) if c.main_part => c.chunk.n,
-        (c, split) => split.map_or(c.as_ref().map_or(p.problem.n, |c| c.chunk.n), |s| s.at),
-    };
+    let main_columns = p.main_columns();
     match t.nc {
         Some(b) if b.covers < main_columns => {
             let at = p.column_position(b.covers);
-            let (blocked, rest) = emit_split(out, &main, &format!("nb{id}"), n_dim, at)?;
-            column_parts.insert(0, (rest, t.nr, None));
-            column_parts.insert(0, (blocked, t.nr, Some(b.size)));
+            let (blocked, rest) = cut(out, &main, &format!("nb{id}"), at)?;
+            column_parts.insert(0, (rest, t.nr, None, main_columns - b.covers));
+            column_parts.insert(0, (blocked, t.nr, Some(b.size), b.covers));
         }
-        _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size))),
+        _ => column_parts.insert(0, (main, t.nr, t.nc.map(|b| b.size), main_columns)),
     }
     // A short last row tile is peeled from the rows loop (the rows are then one part).
     let rest = p.peeled_rest();
     let row_split = t.m_split.filter(|_| rest.is_none());
-    let whole = row_split.is_none() && (t.n_split.is_none() || with_fills);
-    for (c, (handle, nr, nc)) in column_parts.iter().enumerate() {
+    let whole = row_split.is_none() && (!p.cuts_columns() || with_fills);
+    for (c, (handle, nr, nc, columns)) in column_parts.iter().enumerate() {
         let name = format!("{id}_{c}");
         if let Some(kc) = t.kc {
-            let sizes = p.loop_sizes(&with_lead(&[0, nc.unwrap_or(0), kc]));
+            // One block of the whole reduction: the fill goes into the column blocks (a part
+            // without them is one block) and then into the register tiles, which start from
+            // zeros.
+            let fused = p.fuses_fill_into_block(whole);
+            let sizes = if fused {
+                p.loop_sizes(&with_lead(&[0, nc.unwrap_or(*columns), 0]))
+            } else {
+                p.loop_sizes(&with_lead(&[0, nc.unwrap_or(0), kc]))
+            };
             let loops = sizes.iter().filter(|&&s| s != 0).count();
             writeln!(
                 out,
-                "    %b{name}, %bl{name}:{loops} = transform.structured.tile_using_for {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                "    %b{name}, %bl{name}:{loops} = transform.structured.{} {handle} tile_sizes {} : ({ANY}) -> ({ANY}, {})",
+                if fused { "fuse" } else { "tile_using_for" },
                 list(&sizes),
                 handles(loops)
             )?;
@@ -169,11 +175,17 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             {
                 let part = format!("{name}_{r}");
                 let sizes = p.loop_sizes(&with_zero(&[mr, *nr, 0]));
+                let order = interchange(sizes.len());
                 writeln!(
                     out,
-                    "    %t{part}, %tl{part}:2 = transform.structured.tile_using_for {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
+                    "    %t{part}, %tl{part}:2 = transform.structured.{} {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
+                    if fused { "fuse" } else { "tile_using_for" },
                     list(&sizes),
-                    interchange(sizes.len())
+                    if fused {
+                        order.replace(" = ", " ")
+                    } else {
+                        order
+                    }
                 )?;
                 let depth = (kc, *nr);
                 if let Some(rest) = rest {
@@ -181,7 +193,8 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     let rows_loop = format!("%tl{part}#{}", usize::from(t.columns_outer));
                     let tile = format!("%t{part}");
                     let handles = (tile.as_str(), rows_loop.as_str());
-                    reductions.extend(emit_rest_tiles(out, (id, &part), handles, p, rest.at, kc)?);
+                    let depth = (rest.at, kc);
+                    reductions.extend(emit_rest_tiles(out, (id, &part), handles, p, depth, fused)?);
                     continue;
                 }
                 if !p.problem.dynamic_rows {
@@ -191,7 +204,7 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
                     continue;
                 }
                 let rows_loop = format!("%tl{part}#0");
-                for (i, peeled) in emit_peel(out, id, &part, &rows_loop, p, (false, Peel::Rows))?
+                for (i, peeled) in emit_peel(out, id, &part, &rows_loop, p, (fused, Peel::Rows))?
                     .iter()
                     .enumerate()
                 {
@@ -647,22 +660,22 @@ fn emit_column_panels(
 
 /// The register tiles of a part whose rows leave a short last tile: its right operand packed
 /// once for all `rows` (from `depth`-deep slices of `nr` columns), then the rows loop
-/// `rows_loop` peeled as symbolic rows are (see [`emit_peel`]), each part tiled along its
-/// reduction. The rest's one-row tiles read the packed panels too. Returns the two parts'
-/// reduction loops.
+/// `rows_loop` peeled as symbolic rows are (see [`emit_peel`]; the rest's fill tiled with it
+/// when the fill was `fused` into the tiles), each part tiled along its reduction. The rest's
+/// one-row tiles read the packed panels too. Returns the two parts' reduction loops.
 pub(super) fn emit_rest_tiles(
     out: &mut String,
     (id, part): (usize, &str),
     (tile, rows_loop): (&str, &str),
     p: &PlannedProduct,
-    rows: i64,
-    depth: i64,
+    (rows, depth): (i64, i64),
+    fused: bool,
 ) -> Result<Vec<String>, std::fmt::Error> {
     let nr = p.tiles.nr;
     emit_tile_packing(out, part, tile, p, rows, (depth, nr))?;
     let mut reductions = Vec::new();
     let peel = format!("{part}r");
-    for (i, peeled) in emit_peel(out, id, &peel, rows_loop, p, (false, Peel::Rows))?
+    for (i, peeled) in emit_peel(out, id, &peel, rows_loop, p, (fused, Peel::Rows))?
         .into_iter()
         .enumerate()
     {
