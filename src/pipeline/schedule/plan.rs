@@ -28,6 +28,8 @@ pub(super) struct PlannedProduct {
     pub(super) epilogue: Option<usize>,
     /// Whether the accumulator init comes from a `linalg.fill` (fused into the tile loop).
     pub(super) fill_init: bool,
+    /// Whether that fill has no other use (a fill CSE merged with another product's does not).
+    pub(super) fill_alone: bool,
     /// Whether no operand producer could be tiled: then `transform.structured.fuse` (which
     /// pulls every tileable producer into the loop, the fill through the loop's destination)
     /// fuses only the fill, and never recomputes a transpose per tile.
@@ -120,12 +122,13 @@ impl PlannedProduct {
     /// parts' loop peeled, so that each part starts its register tiles from zeros. Cut by
     /// `transform.structured.split`, the parts shared the whole product's fill (a `memset`,
     /// read back by every tile). For an f32 or f64 product without reduction blocks (or with
-    /// one, the whole reduction) whose fill alone is fusable, outside a cut of its main column
-    /// part (see `script::emit_column_cut`).
+    /// one, the whole reduction) whose fill alone is fusable and used by nothing else (then
+    /// the product waits in a function of its own, see `isolate`, or in a loop, which the cut
+    /// canonicalizes), outside a cut of its main column part (see `script::emit_column_cut`).
     pub(super) fn cuts_columns_with_fills(&self) -> bool {
         self.cuts_columns()
             && self.tiles.kc.is_none_or(|kc| kc == self.problem.k)
-            && self.fill_init
+            && self.fill_alone
             && self.only_fill_fusable
             && matches!(self.problem.element, Element::F32 | Element::F64)
             && !self.problem.dynamic_columns
@@ -476,6 +479,7 @@ pub fn weight_panels(m: i64, k: i64, n: i64, target: &Target) -> Option<i64> {
         tiles,
         epilogue: None,
         fill_init: true,
+        fill_alone: true,
         only_fill_fusable: true,
     };
     let packs = tiles.nr == width && planned.packs(planned.rows(), width);
@@ -566,6 +570,12 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
             .and_then(|v| producer.get(v))
             .and_then(|p| ops.get(p))
             .is_some_and(|p| p.name == "linalg.fill");
+        let fill_alone = fill_init
+            && info
+                .operands
+                .get(2)
+                .and_then(|v| uses.get(v))
+                .is_some_and(|u| u.len() == 1);
         // A single elementwise consumer reading the product with the identity map, writing a
         // result of the same shape: tile it and pull the product into its loop.
         let peels = peeled_rest(&problem, chunks.as_ref(), &tiles).is_some();
@@ -604,6 +614,7 @@ pub(super) fn plan_products(module: &Module, target: &Target) -> Vec<PlannedProd
             tiles,
             epilogue,
             fill_init,
+            fill_alone,
             only_fill_fusable,
         });
     }
