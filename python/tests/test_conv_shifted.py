@@ -32,8 +32,8 @@ SHIFTED = {
     "densenet_layer": ((1, 128, 56, 56), (32, 128, 3, 3), 1, 1),
     # 14 x 14 (16 / 14 wide).
     "square": ((1, 64, 14, 14), (96, 64, 3, 3), 1, 1),
-    # An asymmetric kernel, padding and dilation; 23 columns, which no vector divides.
-    "asymmetric": ((1, 48, 20, 23), (48, 48, 3, 5), (1, 2), (2, 1)),
+    # An asymmetric kernel, padding and dilation; 27 columns, which no vector divides.
+    "asymmetric": ((1, 48, 20, 27), (48, 48, 3, 5), (1, 2), (2, 1)),
     # A wide kernel: 49 taps.
     "seven_by_seven": ((1, 32, 30, 40), (32, 32, 7, 7), 3, 1),
     "no_padding": ((1, 40, 17, 50), (40, 40, 2, 3), 0, 1),
@@ -47,12 +47,14 @@ SHIFTED = {
 
 # Shapes that keep the im2col product: too few channels, small images of a batch (whole
 # canvases of 22 x 22 for outputs of 20 x 20: 1.21 times the columns), a stride, rows widened
-# too much (7 x 7 outputs of a 3 x 3 kernel: 9 / 7), groups.
+# too much (7 x 7 outputs of a 3 x 3 kernel: 9 / 7), columns padded too much (13 x 13 outputs
+# computed 15 wide, 195 columns padded to 208 or 224 for 169), groups.
 IM2COL = {
     "few_channels": ((1, 16, 20, 20), (8, 16, 3, 3), 1, 1, 1, 1),
     "batch_of_small_images": ((2, 32, 20, 20), (8, 32, 3, 3), 1, 1, 1, 1),
     "strided": ((1, 32, 20, 20), (8, 32, 3, 3), 1, 1, 2, 1),
     "narrow_rows": ((1, 64, 7, 7), (32, 64, 3, 3), 1, 1, 1, 1),
+    "padded_columns": ((1, 64, 13, 13), (64, 64, 3, 3), 1, 1, 1, 1),
     "grouped": ((1, 64, 20, 20), (32, 32, 3, 3), 1, 1, 1, 2),
 }
 
@@ -130,11 +132,11 @@ def test_other_convolutions_keep_one_product(name, tmp_path):
     ids=["small", "cut-together"],
 )
 def test_taps_are_cut_across_threads_together(tmp_path, threads, c, cout, together):
-    """On two threads, taps with enough work together (32 x 64 x 224 a tap, 4.1 M
+    """On two threads, taps with enough work together (32 x 64 x 384 a tap, 7.1 M
     multiply-adds for the nine) run in one ``scf.forall`` of a chunk of columns per thread,
     each thread's chunk the first tap's product and the loop over the others; too little
-    (8 x 32 x 224 a tap, 0.5 M) stays on one thread."""
-    x, w, b = conv_inputs((1, c, 12, 15), (cout, c, 3, 3), torch.float32)
+    (8 x 32 x 384 a tap, 0.9 M) stays on one thread."""
+    x, w, b = conv_inputs((1, c, 12, 30), (cout, c, 3, 3), torch.float32)
 
     def fn(x, w, b):
         return F.conv2d(x, w, b, padding=1)
@@ -207,7 +209,7 @@ def test_a_dynamic_batch_convolves_each_sample_by_taps(tmp_path):
     with torch.no_grad(), fxmlir.config.patch(**settings):
         compiled = torch.compile(model, backend="fxmlir")
         for n in (2, 3, 5):
-            x = torch.randn(n, 64, 12, 15)
+            x = torch.randn(n, 64, 12, 30)
             torch._dynamo.mark_dynamic(x, 0)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
     (document,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.fx.json")]
