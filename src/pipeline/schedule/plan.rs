@@ -129,10 +129,18 @@ impl PlannedProduct {
         self.cuts_columns()
             && self.tiles.kc.is_none_or(|kc| kc == self.problem.k)
             && self.fill_alone
+            && self.fill_joins_tiles()
+            && !self.chunks.as_ref().is_some_and(|c| c.main_part)
+    }
+
+    /// Whether its fill can go into its register tiles by `transform.structured.fuse`: a fill
+    /// that is the only producer the fusion would pull in, of an f32 or f64 product over fixed
+    /// columns.
+    fn fill_joins_tiles(&self) -> bool {
+        self.fill_init
             && self.only_fill_fusable
             && matches!(self.problem.element, Element::F32 | Element::F64)
             && !self.problem.dynamic_columns
-            && !self.chunks.as_ref().is_some_and(|c| c.main_part)
     }
 
     /// The columns of its main part: a thread's chunk (or the whole product) up to its
@@ -161,12 +169,7 @@ impl PlannedProduct {
     /// read back by every tile (the 64 x 27 x 12,352 patch products of SqueezeNet's stem: 1.6
     /// MB a thread, beyond L2).
     pub(super) fn fuses_fill_into_block(&self, whole: bool) -> bool {
-        self.tiles.kc == Some(self.problem.k)
-            && whole
-            && self.fill_init
-            && self.only_fill_fusable
-            && matches!(self.problem.element, Element::F32 | Element::F64)
-            && !self.problem.dynamic_columns
+        self.tiles.kc == Some(self.problem.k) && whole && self.fill_joins_tiles()
     }
 
     /// Whether its schedule pulls ops into loops: the product into its epilogue's loop, the

@@ -87,14 +87,13 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
     let zero: &[i64] = if batched { &[0] } else { &[] };
     let with_lead = |rest: &[i64]| [lead, rest].concat();
     let with_zero = |rest: &[i64]| [zero, rest].concat();
-    let interchange = |loops: usize| -> String {
+    let order = |loops: usize| -> Option<Vec<i64>> {
         // The m and n tile loops swap when columns go outermost.
-        if !t.columns_outer {
-            return String::new();
-        }
-        let mut order: Vec<i64> = (0..loops as i64).collect();
-        order.swap(m_dim, n_dim);
-        format!(" interchange = {}", list(&order))
+        t.columns_outer.then(|| {
+            let mut order: Vec<i64> = (0..loops as i64).collect();
+            order.swap(m_dim, n_dim);
+            order
+        })
     };
     // Columns are cut first (outside any block loop: the rest is a narrow strip); rows are cut
     // inside the reduction/column blocks, so both row parts reuse the cached right block.
@@ -175,17 +174,11 @@ pub(super) fn emit_one(out: &mut String, id: usize, p: &PlannedProduct) -> std::
             {
                 let part = format!("{name}_{r}");
                 let sizes = p.loop_sizes(&with_zero(&[mr, *nr, 0]));
-                let order = interchange(sizes.len());
+                let (op, interchange) = tiling(fused, order(sizes.len()).as_deref());
                 writeln!(
                     out,
-                    "    %t{part}, %tl{part}:2 = transform.structured.{} {row} tile_sizes {}{} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
-                    if fused { "fuse" } else { "tile_using_for" },
+                    "    %t{part}, %tl{part}:2 = transform.structured.{op} {row} tile_sizes {}{interchange} : ({ANY}) -> ({ANY}, {ANY}, {ANY})",
                     list(&sizes),
-                    if fused {
-                        order.replace(" = ", " ")
-                    } else {
-                        order
-                    }
                 )?;
                 let depth = (kc, *nr);
                 if let Some(rest) = rest {
@@ -345,6 +338,21 @@ pub(super) fn emit_split(
     %{name}_0, %{name}_1 = transform.split_handle %{name} : ({ANY}) -> ({ANY}, {ANY})"
     )?;
     Ok((format!("%{name}_0"), format!("%{name}_1")))
+}
+
+/// The op that tiles register tiles, `structured.fuse` (pulling the fill along) or
+/// `structured.tile_using_for`, and the tile loops' `order` (none: as the sizes are) in that
+/// op's syntax.
+fn tiling(fuse: bool, order: Option<&[i64]>) -> (&'static str, String) {
+    let (op, equals) = if fuse {
+        ("fuse", "")
+    } else {
+        ("tile_using_for", " =")
+    };
+    let interchange = order.map_or(String::new(), |o| {
+        format!(" interchange{equals} {}", list(o))
+    });
+    (op, interchange)
 }
 
 /// Cuts product `id` (`handle`, with its fill) into two column parts, each with a fill of its
@@ -539,15 +547,11 @@ pub(super) fn emit_register_tiles(
     // it, and only when it would fuse nothing else.
     let fuse_fill = !epilogue && fill && p.only_fill_fusable;
     // Columns panels: the columns' loop outside the rows' (neither has a batch around it).
-    let interchange = match (p.column_panels(), fuse_fill) {
-        (false, _) => String::new(),
-        (true, true) => " interchange [1, 0, 2]".to_string(),
-        (true, false) => " interchange = [1, 0, 2]".to_string(),
-    };
+    let order = p.column_panels().then_some([1, 0, 2]);
+    let (op, interchange) = tiling(fuse_fill, order.as_ref().map(|o| &o[..]));
     writeln!(
         out,
-        "    %t{part}, %tl{part}:{loops} = transform.structured.{} {target} tile_sizes {}{interchange} : ({ANY}) -> ({ANY}, {})",
-        if fuse_fill { "fuse" } else { "tile_using_for" },
+        "    %t{part}, %tl{part}:{loops} = transform.structured.{op} {target} tile_sizes {}{interchange} : ({ANY}) -> ({ANY}, {})",
         list(&sizes),
         handles(loops)
     )?;
